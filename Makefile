@@ -1,0 +1,67 @@
+# BabelQueue Go transports. Every target runs over every module of go.work.
+#
+#   make test          unit, integration (kfake) and conformance tests, -race
+#   make conformance   conformance tests against the project's suite, and
+#                      against CONFORMANCE_DIR too when it is set
+#   make bench         benchmarks of every module, summarised by benchstat
+#   make lint          gofmt, go vet and staticcheck
+#   make fuzz          the decoder fuzz target for FUZZTIME (default 1m)
+#   make tidy          go mod tidy in every module (workspace siblings kept)
+#   make demo          the Kafka demo on an embedded kfake cluster
+#   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
+
+MODULES     := core conformance kafka
+PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
+GO          ?= go
+TOOLS       := $(CURDIR)/.tools
+STATICCHECK := $(TOOLS)/staticcheck
+BENCHSTAT   := $(TOOLS)/benchstat
+FUZZTIME    ?= 1m
+BENCHCOUNT  ?= 6
+BENCHTIME   ?= 1s
+CONFORMANCE_DIR ?=
+
+export GOFLAGS := -buildvcs=false
+
+.PHONY: test conformance bench lint fuzz tidy demo tag tools
+
+test:
+	$(GO) test -race -count=1 $(PKGS)
+
+conformance:
+	$(GO) test -count=1 -run 'Conformance' -v $(PKGS) | grep -E '^(=== RUN|--- FAIL|FAIL|ok|PASS)|conformance suite|SKIP' | grep -v '=== RUN' || true
+	$(GO) test -count=1 -run 'Conformance' $(PKGS)
+ifneq ($(CONFORMANCE_DIR),)
+	BQ_CONFORMANCE_DIR=$(abspath $(CONFORMANCE_DIR)) $(GO) test -count=1 -run 'Conformance' -v $(PKGS) | grep -E -- '--- (FAIL|SKIP)|conformance suite' || true
+	BQ_CONFORMANCE_DIR=$(abspath $(CONFORMANCE_DIR)) $(GO) test -count=1 -run 'Conformance' $(PKGS)
+endif
+
+$(STATICCHECK):
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+$(BENCHSTAT):
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+tools: $(STATICCHECK) $(BENCHSTAT)
+
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(STATICCHECK) $(PKGS)
+
+fuzz:
+	cd core && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+
+bench: $(BENCHSTAT)
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) $(PKGS) | tee bench.txt
+	$(BENCHSTAT) bench.txt
+
+tidy:
+	@for m in $(MODULES); do echo "tidy $$m"; (cd $$m && GOFLAGS=-mod=mod GONOSUMDB=github.com/babelqueue GOPROXY=$${GOPROXY:-https://proxy.golang.org} $(GO) mod tidy -e) || exit 1; done
+	$(GO) work sync
+
+demo:
+	$(GO) run ./kafka/examples/demo
+
+tag:
+	@scripts/tag.sh "$(MODULE)" "$(VERSION)"

@@ -1,0 +1,3 @@
+module github.com/babelqueue/transports/conformance
+
+go 1.26

@@ -1,0 +1,163 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Reason says why a message was dead-lettered.
+type Reason string
+
+// The dead-letter reasons of the contract.
+const (
+	ReasonFailed     Reason = "failed"      // the handler failed max-attempts times
+	ReasonUnknownURN Reason = "unknown_urn" // no handler is registered for the URN
+	ReasonPoison     Reason = "poison"      // undecodable, no URN, or gate-rejected
+)
+
+// DeadLetter is the additive block a dead-lettered copy carries.
+type DeadLetter struct {
+	Reason Reason
+	// Error is the failure's message; "" encodes as null.
+	Error string
+	// Exception is the failure's type name (%T in Go); "" encodes as null.
+	Exception string
+	// FailedAt is Unix epoch milliseconds.
+	FailedAt      int64
+	OriginalQueue string
+	Attempts      int
+	Lang          string
+
+	extra []member
+}
+
+// NewDeadLetter builds the block for a failure: Exception is the %T of the
+// first error in err's chain that is not a plain fmt.Errorf or errors.Join
+// wrapper, Lang is "go".
+func NewDeadLetter(reason Reason, err error, originalQueue string, attempts int, at time.Time) DeadLetter {
+	dl := DeadLetter{
+		Reason:        reason,
+		FailedAt:      at.UnixMilli(),
+		OriginalQueue: originalQueue,
+		Attempts:      attempts,
+		Lang:          Lang,
+	}
+	if err != nil {
+		dl.Error = err.Error()
+		dl.Exception = errorType(err)
+	}
+	return dl
+}
+
+func errorType(err error) string {
+	for {
+		t := fmt.Sprintf("%T", err)
+		if t != "*fmt.wrapError" && t != "*fmt.wrapErrors" {
+			return t
+		}
+		next := errors.Unwrap(err)
+		if next == nil {
+			return t
+		}
+		err = next
+	}
+}
+
+// DeadLettered returns a copy of e carrying dl. Every other field, unknown keys
+// included, is unchanged.
+func (e *Envelope) DeadLettered(dl DeadLetter) *Envelope {
+	c := e.clone()
+	if dl.Lang == "" {
+		dl.Lang = Lang
+	}
+	c.DeadLetter = &dl
+	return c
+}
+
+// Redrive returns a copy of a dead-lettered envelope ready to be sent back:
+// the dead_letter block removed, attempts reset to 0, everything else kept.
+// queue is where it goes: dead_letter.original_queue, else meta.queue.
+func (e *Envelope) Redrive() (c *Envelope, queue string) {
+	queue = e.Meta.Queue
+	if e.DeadLetter != nil && e.DeadLetter.OriginalQueue != "" {
+		queue = e.DeadLetter.OriginalQueue
+	}
+	c = e.clone()
+	c.DeadLetter = nil
+	c.Attempts = 0
+	return c, queue
+}
+
+func (d *DeadLetter) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"reason":`...)
+	dst = appendString(dst, string(d.Reason))
+	dst = append(dst, `,"error":`...)
+	dst = appendNullable(dst, d.Error)
+	dst = append(dst, `,"exception":`...)
+	dst = appendNullable(dst, d.Exception)
+	dst = append(dst, `,"failed_at":`...)
+	dst = strconv.AppendInt(dst, d.FailedAt, 10)
+	dst = append(dst, `,"original_queue":`...)
+	dst = appendString(dst, d.OriginalQueue)
+	dst = append(dst, `,"attempts":`...)
+	dst = strconv.AppendInt(dst, int64(d.Attempts), 10)
+	dst = append(dst, `,"lang":`...)
+	dst = appendString(dst, d.Lang)
+	dst = appendMembers(dst, d.extra)
+	return append(dst, '}')
+}
+
+func appendNullable(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "null"...)
+	}
+	return appendString(dst, s)
+}
+
+func decodeDeadLetter(d *DeadLetter, b []byte) error {
+	str := func(ptr string, val []byte, out *string) error {
+		if string(val) == "null" {
+			return nil
+		}
+		if val[0] != '"' {
+			return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
+		}
+		*out, _ = unquote(val)
+		return nil
+	}
+	return eachMember(b, func(key, val []byte) error {
+		switch string(plainKey(key)) {
+		case "reason":
+			var s string
+			if err := str("/dead_letter/reason", val, &s); err != nil {
+				return err
+			}
+			d.Reason = Reason(s)
+		case "error":
+			return str("/dead_letter/error", val, &d.Error)
+		case "exception":
+			return str("/dead_letter/exception", val, &d.Exception)
+		case "original_queue":
+			return str("/dead_letter/original_queue", val, &d.OriginalQueue)
+		case "lang":
+			return str("/dead_letter/lang", val, &d.Lang)
+		case "failed_at":
+			n, ok := parseUint(val)
+			if !ok {
+				return decodeErr(ErrFieldType, "/dead_letter/failed_at", "got %s", val)
+			}
+			d.FailedAt = n
+		case "attempts":
+			n, ok := parseUint(val)
+			if !ok || n > maxInt {
+				return decodeErr(ErrFieldType, "/dead_letter/attempts", "got %s", val)
+			}
+			d.Attempts = int(n)
+		default:
+			d.extra = append(d.extra, member{key, val})
+		}
+		return nil
+	})
+}

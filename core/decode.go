@@ -1,0 +1,222 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+)
+
+// Warning reports a forbidden (non-canonical) key that Decode dropped.
+type Warning struct {
+	// Pointer is the RFC 6901 pointer of the key, for example "/meta/ts".
+	Pointer string
+	// Value is the raw JSON the key carried.
+	Value json.RawMessage
+}
+
+// WarnFunc receives the warnings of Decode.
+type WarnFunc func(Warning)
+
+// DecodeOption configures Decode.
+type DecodeOption func(*decodeConfig)
+
+type decodeConfig struct {
+	warn  WarnFunc
+	quiet bool
+}
+
+// WithWarnFunc sends forbidden-key warnings to fn instead of slog.Default().
+func WithWarnFunc(fn WarnFunc) DecodeOption { return func(c *decodeConfig) { c.warn = fn } }
+
+// WithLogger logs forbidden-key warnings to l instead of slog.Default().
+func WithLogger(l *slog.Logger) DecodeOption {
+	return func(c *decodeConfig) { c.warn = SlogWarnFunc(l) }
+}
+
+// Quiet drops forbidden keys without warning, for code that only reads a body
+// (to project native headers, say) and did not receive it from a peer.
+func Quiet() DecodeOption { return func(c *decodeConfig) { c.quiet = true } }
+
+// SlogWarnFunc returns a WarnFunc that logs each warning to l at level Warn.
+func SlogWarnFunc(l *slog.Logger) WarnFunc {
+	return func(w Warning) {
+		l.LogAttrs(context.Background(), slog.LevelWarn,
+			"babelqueue: dropped forbidden envelope key",
+			slog.String("pointer", w.Pointer))
+	}
+}
+
+// Decode parses and validates an envelope. It never panics; a rejected body
+// returns a *DecodeError that unwraps to ErrMalformed, ErrNoURN,
+// ErrMetaNotObject, ErrSchemaVersion, ErrDataNotObject, ErrAttempts,
+// ErrBlankTraceID or ErrFieldType. The input is copied; the caller may reuse it.
+func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
+	var cfg decodeConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, body); err != nil {
+		return nil, decodeErr(ErrMalformed, "", "%v", err)
+	}
+	b := buf.Bytes()
+	if len(b) == 0 || b[0] != '{' {
+		return nil, decodeErr(ErrMalformed, "", "envelope is %s, not an object", jsonKind(b))
+	}
+
+	e := &Envelope{}
+	var (
+		haveJob, haveURN, haveMeta, haveData bool
+		aliasURN, aliasRaw                   []byte
+	)
+	err := eachMember(b, func(key, val []byte) error {
+		switch string(plainKey(key)) {
+		case "job":
+			if val[0] != '"' {
+				return decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
+			}
+			haveJob = true
+			s, _ := unquote(val)
+			e.URN = s
+		case "urn":
+			haveURN = true
+			aliasURN, aliasRaw = val, key
+		case "trace_id":
+			if val[0] != '"' {
+				return decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
+			}
+			e.TraceID, _ = unquote(val)
+		case "data":
+			if val[0] != '{' {
+				return decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(val))
+			}
+			haveData = true
+			e.data = val
+		case "meta":
+			if val[0] != '{' {
+				return decodeErr(ErrMetaNotObject, "/meta", "got %s", jsonKind(val))
+			}
+			haveMeta = true
+			return decodeMeta(&e.Meta, val, &cfg)
+		case "attempts":
+			n, ok := parseUint(val)
+			if !ok || n > maxInt {
+				return decodeErr(ErrAttempts, "/attempts", "got %s", val)
+			}
+			e.Attempts = int(n)
+		case "dead_letter":
+			if string(val) == "null" {
+				return nil
+			}
+			if val[0] != '{' {
+				return decodeErr(ErrFieldType, "/dead_letter", "got %s", jsonKind(val))
+			}
+			dl := &DeadLetter{}
+			if err := decodeDeadLetter(dl, val); err != nil {
+				return err
+			}
+			e.DeadLetter = dl
+		case "timestamp":
+			cfg.report("/timestamp", val)
+		default:
+			e.extra = append(e.extra, member{key, val})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case haveJob:
+		if haveURN { // both present: "job" wins, "urn" is carried as an unknown key
+			e.extra = append(e.extra, member{aliasRaw, aliasURN})
+		}
+	case haveURN:
+		if aliasURN[0] != '"' {
+			return nil, decodeErr(ErrNoURN, "/urn", "got %s", jsonKind(aliasURN))
+		}
+		e.URN, _ = unquote(aliasURN)
+	}
+	if strings.TrimSpace(e.URN) == "" {
+		return nil, decodeErr(ErrNoURN, "/job", "")
+	}
+	if isBlank(e.TraceID) {
+		return nil, decodeErr(ErrBlankTraceID, "/trace_id", "")
+	}
+	if !haveData {
+		return nil, decodeErr(ErrDataNotObject, "/data", "missing")
+	}
+	if !haveMeta {
+		return nil, decodeErr(ErrMetaNotObject, "/meta", "missing")
+	}
+	if e.Meta.SchemaVersion != SchemaVersion {
+		return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "missing")
+	}
+	return e, nil
+}
+
+const maxInt = int64(^uint(0) >> 1)
+
+func (c *decodeConfig) report(pointer string, val []byte) {
+	if c.quiet {
+		return
+	}
+	w := Warning{Pointer: pointer, Value: val}
+	if c.warn != nil {
+		c.warn(w)
+		return
+	}
+	SlogWarnFunc(slog.Default())(w)
+}
+
+func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
+	return eachMember(b, func(key, val []byte) error {
+		switch k := plainKey(key); string(k) {
+		case "id":
+			if val[0] != '"' {
+				if string(val) == "null" {
+					return nil
+				}
+				return decodeErr(ErrFieldType, "/meta/id", "got %s", jsonKind(val))
+			}
+			m.ID, _ = unquote(val)
+		case "queue":
+			if val[0] != '"' {
+				if string(val) == "null" {
+					return nil
+				}
+				return decodeErr(ErrFieldType, "/meta/queue", "got %s", jsonKind(val))
+			}
+			m.Queue, _ = unquote(val)
+		case "lang":
+			if val[0] != '"' {
+				if string(val) == "null" {
+					return nil
+				}
+				return decodeErr(ErrFieldType, "/meta/lang", "got %s", jsonKind(val))
+			}
+			m.Lang, _ = unquote(val)
+		case "schema_version":
+			if string(val) != "1" {
+				return decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
+			}
+			m.SchemaVersion = SchemaVersion
+		case "created_at":
+			n, ok := parseUint(val)
+			if !ok {
+				return decodeErr(ErrFieldType, "/meta/created_at", "want epoch milliseconds, got %s", val)
+			}
+			m.CreatedAt = n
+		case "max_retries", "attempts", "source", "ts":
+			cfg.report("/meta/"+string(k), val)
+		default:
+			m.extra = append(m.extra, member{key, val})
+		}
+		return nil
+	})
+}
+
+// isBlank reports whether s is empty or only whitespace.
+func isBlank(s string) bool { return strings.TrimSpace(s) == "" }

@@ -1,0 +1,262 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// SchemaVersion is the only envelope schema version this package reads and writes.
+const SchemaVersion = 1
+
+// Lang is the meta.lang this SDK writes.
+const Lang = "go"
+
+// DefaultQueue is the meta.queue of an envelope built without WithQueue.
+const DefaultQueue = "default"
+
+// Envelope is one BabelQueue message. The exported fields are the contract
+// fields; data and any keys this version does not know are kept as the JSON
+// they arrived as. An Envelope returned by Decode shares memory with nothing
+// the caller owns; treat the values returned by Data and Extra as read-only.
+//
+// Copying an Envelope value is cheap and safe: its raw parts are never
+// modified in place, only replaced.
+type Envelope struct {
+	// URN is the message identity ("job" on the wire, "urn" accepted inbound).
+	URN string
+	// TraceID is forwarded unchanged by every hop.
+	TraceID string
+	// Meta is set once by the producer.
+	Meta Meta
+	// Attempts is the transport retry counter, the only field that changes
+	// during a message's life.
+	Attempts int
+	// DeadLetter is present only on dead-lettered copies.
+	DeadLetter *DeadLetter
+
+	data  []byte   // raw JSON object
+	extra []member // unknown top-level keys, in arrival order
+}
+
+// Meta is the producer-set, immutable metadata block.
+type Meta struct {
+	ID            string
+	Queue         string
+	Lang          string
+	SchemaVersion int
+	// CreatedAt is Unix epoch milliseconds, UTC.
+	CreatedAt int64
+
+	extra []member
+}
+
+// member is one raw object member: the quoted key and the value as JSON.
+type member struct{ key, val []byte }
+
+// Option configures New.
+type Option func(*newConfig)
+
+type newConfig struct {
+	queue     string
+	traceID   string
+	id        string
+	createdAt time.Time
+}
+
+// WithQueue sets meta.queue (default "default").
+func WithQueue(queue string) Option { return func(c *newConfig) { c.queue = queue } }
+
+// WithTraceID continues an existing trace instead of starting a new one.
+func WithTraceID(traceID string) Option { return func(c *newConfig) { c.traceID = traceID } }
+
+// ContinueTrace continues the trace of parent, the message being handled.
+func ContinueTrace(parent *Envelope) Option {
+	return func(c *newConfig) {
+		if parent != nil {
+			c.traceID = parent.TraceID
+		}
+	}
+}
+
+// WithMessageID sets meta.id instead of a fresh UUID v4 (for an outbox that
+// must keep the id it stored).
+func WithMessageID(id string) Option { return func(c *newConfig) { c.id = id } }
+
+// WithCreatedAt sets meta.created_at instead of the current time.
+func WithCreatedAt(t time.Time) Option { return func(c *newConfig) { c.createdAt = t } }
+
+// New builds an envelope for a producer: the URN is trimmed and must not be
+// empty, data must encode to a JSON object (nil encodes as {}), meta.id and
+// (unless continued) trace_id are fresh UUID v4s, lang is "go" and
+// created_at is now in milliseconds.
+func New(urn string, data any, opts ...Option) (*Envelope, error) {
+	var cfg newConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	urn = strings.TrimSpace(urn)
+	if urn == "" {
+		return nil, decodeErr(ErrNoURN, "/job", "")
+	}
+	raw, err := marshalData(data)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.id == "" {
+		id, err := uuid.NewRandom()
+		if err != nil {
+			return nil, fmt.Errorf("babelqueue: generating meta.id: %w", err)
+		}
+		cfg.id = id.String()
+	}
+	if strings.TrimSpace(cfg.traceID) == "" {
+		tid, err := uuid.NewRandom()
+		if err != nil {
+			return nil, fmt.Errorf("babelqueue: generating trace_id: %w", err)
+		}
+		cfg.traceID = tid.String()
+	}
+	if cfg.queue == "" {
+		cfg.queue = DefaultQueue
+	}
+	if cfg.createdAt.IsZero() {
+		cfg.createdAt = time.Now()
+	}
+	return &Envelope{
+		URN:     urn,
+		TraceID: cfg.traceID,
+		Meta: Meta{
+			ID:            cfg.id,
+			Queue:         cfg.queue,
+			Lang:          Lang,
+			SchemaVersion: SchemaVersion,
+			CreatedAt:     cfg.createdAt.UnixMilli(),
+		},
+		data: raw,
+	}, nil
+}
+
+// marshalData encodes v as a JSON object without HTML escaping.
+func marshalData(v any) ([]byte, error) {
+	var raw []byte
+	switch d := v.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case json.RawMessage:
+		raw = d
+	case []byte:
+		raw = d
+	default:
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return nil, fmt.Errorf("babelqueue: encoding data: %w", err)
+		}
+		raw = buf.Bytes()
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, raw); err != nil {
+		return nil, decodeErr(ErrDataNotObject, "/data", "not valid JSON: %v", err)
+	}
+	b := out.Bytes()
+	if string(b) == "null" {
+		return []byte("{}"), nil
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(b))
+	}
+	return b, nil
+}
+
+// Data returns the data object exactly as it will be encoded. The slice must
+// not be modified.
+func (e *Envelope) Data() json.RawMessage { return e.data }
+
+// SetData replaces the data object. v must encode to a JSON object; nil
+// encodes as {}.
+func (e *Envelope) SetData(v any) error {
+	raw, err := marshalData(v)
+	if err != nil {
+		return err
+	}
+	e.data = raw
+	return nil
+}
+
+// DecodeData unmarshals data into v. Numbers decoded into interface values
+// become json.Number, so no integer loses precision.
+func (e *Envelope) DecodeData(v any) error {
+	dec := json.NewDecoder(bytes.NewReader(e.data))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("babelqueue: decoding data: %w", err)
+	}
+	return nil
+}
+
+// DataMap returns data as a map whose numbers are json.Number, so integers
+// beyond 2^53 and the difference between 1 and 1.0 survive.
+func (e *Envelope) DataMap() (map[string]any, error) {
+	m := map[string]any{}
+	if err := e.DecodeData(&m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Extra returns the raw JSON of an unknown top-level key kept from decoding.
+func (e *Envelope) Extra(key string) (json.RawMessage, bool) { return lookup(e.extra, key) }
+
+// Extra returns the raw JSON of an unknown meta key kept from decoding.
+func (m *Meta) Extra(key string) (json.RawMessage, bool) { return lookup(m.extra, key) }
+
+func lookup(ms []member, key string) (json.RawMessage, bool) {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if keyIs(ms[i].key, key) {
+			return ms[i].val, true
+		}
+	}
+	return nil, false
+}
+
+// WithAttempts returns a copy of e whose attempts is n; nothing else changes.
+func (e *Envelope) WithAttempts(n int) *Envelope {
+	c := e.clone()
+	c.Attempts = n
+	return c
+}
+
+func (e *Envelope) clone() *Envelope {
+	c := *e
+	if e.DeadLetter != nil {
+		dl := *e.DeadLetter
+		c.DeadLetter = &dl
+	}
+	return &c
+}
+
+func jsonKind(b []byte) string {
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}

@@ -1,0 +1,264 @@
+package core_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+)
+
+var fixedTime = time.UnixMilli(1767225600123)
+
+const canonical = `{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000},"attempts":0}`
+
+func TestCanonicalBytesRoundTripExactly(t *testing.T) {
+	e, err := core.Decode([]byte(canonical))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != canonical {
+		t.Fatalf("re-encode changed bytes:\n got %s\nwant %s", out, canonical)
+	}
+}
+
+func TestAttemptsAndDeadLetterTouchNothingElse(t *testing.T) {
+	in := `{"job":"urn:babel:a:b","trace_id":"t-1","data":{"z":1,"a":12345678901234567890123,"f":1.0,"s":"<&>/é"},` +
+		`"meta":{"id":"i","queue":"q","lang":"cobol","schema_version":1,"created_at":5,"vendor":{"k":[1,2]}},"attempts":0,"extra":null}`
+	e, err := core.Decode([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := e.WithAttempts(1).Encode()
+	want := strings.Replace(in, `"attempts":0`, `"attempts":1`, 1)
+	if string(out) != want {
+		t.Fatalf("attempts+1:\n got %s\nwant %s", out, want)
+	}
+	dl := e.WithAttempts(3).DeadLettered(core.NewDeadLetter(core.ReasonFailed, errors.New("boom"), "q", 3, fixedTime))
+	out, _ = dl.Encode()
+	want = strings.Replace(in, `"attempts":0,`, `"attempts":3,"dead_letter":{"reason":"failed","error":"boom","exception":"*errors.errorString","failed_at":1767225600123,"original_queue":"q","attempts":3,"lang":"go"},`, 1)
+	if string(out) != want {
+		t.Fatalf("dead letter:\n got %s\nwant %s", out, want)
+	}
+	back, err := core.Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, q := back.Redrive()
+	if q != "q" || r.Attempts != 0 || r.DeadLetter != nil {
+		t.Fatalf("redrive = %+v to %q", r, q)
+	}
+	out, _ = r.Encode()
+	if string(out) != in {
+		t.Fatalf("redrive:\n got %s\nwant %s", out, in)
+	}
+	if e.Attempts != 0 || e.DeadLetter != nil {
+		t.Fatal("WithAttempts/DeadLettered modified the original")
+	}
+}
+
+func TestDecodeErrorsAreTyped(t *testing.T) {
+	base := func(mut string) string { return mut }
+	cases := []struct {
+		body string
+		want error
+		ptr  string
+	}{
+		{`{`, core.ErrMalformed, ""},
+		{`[]`, core.ErrMalformed, ""},
+		{``, core.ErrMalformed, ""},
+		{`{"trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`, core.ErrNoURN, "/job"},
+		{`{"job":" ","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`, core.ErrNoURN, "/job"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":{"schema_version":2},"attempts":0}`, core.ErrSchemaVersion, "/meta/schema_version"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":{},"attempts":0}`, core.ErrSchemaVersion, "/meta/schema_version"},
+		{`{"job":"u","trace_id":"t","data":[],"meta":{"schema_version":1},"attempts":0}`, core.ErrDataNotObject, "/data"},
+		{`{"job":"u","trace_id":"t","meta":{"schema_version":1},"attempts":0}`, core.ErrDataNotObject, "/data"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":[],"attempts":0}`, core.ErrMetaNotObject, "/meta"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":-1}`, core.ErrAttempts, "/attempts"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":1e2}`, core.ErrAttempts, "/attempts"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":99999999999999999999}`, core.ErrAttempts, "/attempts"},
+		{`{"job":"u","trace_id":"\t","data":{},"meta":{"schema_version":1},"attempts":0}`, core.ErrBlankTraceID, "/trace_id"},
+		{`{"job":"u","data":{},"meta":{"schema_version":1},"attempts":0}`, core.ErrBlankTraceID, "/trace_id"},
+		{`{"job":"u","trace_id":"t","data":{},"meta":{"schema_version":1,"id":7},"attempts":0}`, core.ErrFieldType, "/meta/id"},
+	}
+	for _, c := range cases {
+		_, err := core.Decode([]byte(base(c.body)))
+		if !errors.Is(err, c.want) {
+			t.Errorf("Decode(%s) = %v, want %v", c.body, err, c.want)
+			continue
+		}
+		var de *core.DecodeError
+		if !errors.As(err, &de) || de.Pointer != c.ptr {
+			t.Errorf("Decode(%s) pointer = %+v, want %q", c.body, de, c.ptr)
+		}
+		if core.Accepts([]byte(c.body)) {
+			t.Errorf("Accepts(%s) = true", c.body)
+		}
+	}
+}
+
+func TestForbiddenKeysWarnThroughSlogByDefault(t *testing.T) {
+	var logs bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(prev)
+	in := strings.Replace(canonical, `"attempts":0`, `"attempts":0,"timestamp":1`, 1)
+	e, err := core.Decode([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "pointer=/timestamp") {
+		t.Errorf("log = %q, want a warning naming /timestamp", logs.String())
+	}
+	if _, ok := e.Extra("timestamp"); ok {
+		t.Error("forbidden key kept as an extra")
+	}
+	logs.Reset()
+	if _, err := core.Decode([]byte(in), core.Quiet()); err != nil || logs.Len() != 0 {
+		t.Errorf("Quiet decode logged %q (err %v)", logs.String(), err)
+	}
+}
+
+func TestNewProducerEnvelope(t *testing.T) {
+	parent, _ := core.Decode([]byte(canonical))
+	e, err := core.New("  urn:babel:orders:shipped ", map[string]any{"html": "<a>"}, core.WithQueue("orders"), core.ContinueTrace(parent), core.WithCreatedAt(fixedTime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.URN != "urn:babel:orders:shipped" || e.TraceID != parent.TraceID || e.Meta.ID == parent.Meta.ID ||
+		e.Meta.Lang != "go" || e.Meta.Queue != "orders" || e.Meta.CreatedAt != fixedTime.UnixMilli() {
+		t.Fatalf("unexpected envelope %+v", e)
+	}
+	out, _ := e.Encode()
+	if !bytes.Contains(out, []byte(`"data":{"html":"<a>"}`)) {
+		t.Errorf("HTML escaped or data altered: %s", out)
+	}
+	fresh, _ := core.New("urn:x", nil)
+	if fresh.TraceID == "" || fresh.TraceID == fresh.Meta.ID || string(fresh.Data()) != "{}" || fresh.Meta.Queue != "default" {
+		t.Errorf("fresh envelope %+v data %s", fresh, fresh.Data())
+	}
+	var nilMap map[string]any
+	if e, _ := core.New("urn:x", nilMap); string(e.Data()) != "{}" {
+		t.Errorf("nil map data = %s, want {}", e.Data())
+	}
+	for _, bad := range []any{[]int{1}, "str", 3, json.RawMessage(`[1]`)} {
+		if _, err := core.New("urn:x", bad); !errors.Is(err, core.ErrDataNotObject) {
+			t.Errorf("New(%v) err = %v, want ErrDataNotObject", bad, err)
+		}
+	}
+	if _, err := core.New(" ", nil); !errors.Is(err, core.ErrNoURN) {
+		t.Errorf("blank urn err = %v", err)
+	}
+}
+
+func TestDataAccessorsKeepPrecision(t *testing.T) {
+	in := strings.Replace(canonical, `{"order_id":1042}`, `{"big":123456789012345678901234567890,"edge":9007199254740993,"f":1.0}`, 1)
+	e, err := core.Decode([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.DataMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["big"].(json.Number) != "123456789012345678901234567890" || m["edge"].(json.Number) != "9007199254740993" || m["f"].(json.Number) != "1.0" {
+		t.Errorf("map view lost precision: %v", m)
+	}
+	var typed struct {
+		Edge int64 `json:"edge"`
+	}
+	if err := e.DecodeData(&typed); err != nil || typed.Edge != 9007199254740993 {
+		t.Errorf("DecodeData = %+v, %v", typed, err)
+	}
+}
+
+func TestStringEscaping(t *testing.T) {
+	e, _ := core.New("urn:\"q\"\\\n\x01\xff</é>", nil, core.WithTraceID("t"), core.WithMessageID("m"), core.WithCreatedAt(fixedTime))
+	out, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(out) {
+		t.Fatalf("invalid JSON %s", out)
+	}
+	if !bytes.Contains(out, []byte(`"job":"urn:\"q\"\\\n\u0001\ufffd</é>"`)) && !bytes.Contains(out, []byte("\"job\":\"urn:\\\"q\\\"\\\\\\n\\u0001\ufffd</é>\"")) {
+		t.Errorf("unexpected escaping %s", out)
+	}
+	back, err := core.Decode(out)
+	if err != nil || back.URN != "urn:\"q\"\\\n\x01\ufffd</é>" {
+		t.Errorf("round trip = %q, %v", back.URN, err)
+	}
+}
+
+func TestSchemaVersionGate(t *testing.T) {
+	for _, v := range []string{"1", "", " ", "\t\n\v\f\r"} {
+		if err := core.CheckSchemaVersion(v, true); err != nil {
+			t.Errorf("gate(%q) = %v, want pass", v, err)
+		}
+	}
+	if err := core.CheckSchemaVersion("2", false); err != nil {
+		t.Errorf("absent header rejected: %v", err)
+	}
+	for _, v := range []string{"2", " 1", "1 ", "\u00a0", "\ufeff", "01"} {
+		if err := core.CheckSchemaVersion(v, true); !errors.Is(err, core.ErrSchemaVersionGate) {
+			t.Errorf("gate(%q) = %v, want ErrSchemaVersionGate", v, err)
+		}
+	}
+}
+
+func TestNativeAttemptsReconcile(t *testing.T) {
+	cases := []struct {
+		n    core.NativeAttempts
+		body int
+		want int
+	}{
+		{core.NativeAttempts{}, 4, 4},
+		{core.NativeAttempts{Count: 6, Known: true}, 2, 6},
+		{core.NativeAttempts{Count: 1, Known: true}, 5, 5},
+		{core.NativeAttempts{Count: 1, Known: true, Authoritative: true}, 5, 1},
+	}
+	for _, c := range cases {
+		if got := c.n.Reconcile(c.body); got != c.want {
+			t.Errorf("%+v.Reconcile(%d) = %d, want %d", c.n, c.body, got, c.want)
+		}
+	}
+}
+
+func ExampleNew() {
+	e, err := core.New("urn:babel:orders:created", map[string]any{"order_id": 1042},
+		core.WithQueue("orders"), core.WithTraceID("7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b"),
+		core.WithMessageID("f1e2d3c4-b5a6-4789-90ab-cdef01234567"), core.WithCreatedAt(time.UnixMilli(1749132727000)))
+	if err != nil {
+		panic(err)
+	}
+	body, _ := e.Encode()
+	fmt.Println(string(body))
+	// Output:
+	// {"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}
+}
+
+func ExampleDecode() {
+	body := []byte(`{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+	  "data":{"order_id":123456789012345678901},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders",
+	  "lang":"php","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":0}`)
+	e, err := core.Decode(body)
+	if err != nil {
+		fmt.Println("rejected:", err)
+		return
+	}
+	retry, _ := e.WithAttempts(e.Attempts + 1).Encode()
+	fmt.Println(e.URN)
+	fmt.Println(string(retry))
+	// Output:
+	// urn:babel:orders:created
+	// {"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":123456789012345678901},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":1}
+}

@@ -1,0 +1,198 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// The helpers below walk JSON that json.Compact has already validated and
+// compacted, so they never see insignificant whitespace and never need to
+// report syntax errors: each returns the end offset of the value starting at i.
+
+// skipValue returns the index just past the JSON value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // number, true, false, null
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// skipString returns the index just past the string starting at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	i++
+	for i < len(b) {
+		switch b[i] {
+		case '\\':
+			i += 2
+			continue
+		case '"':
+			return i + 1
+		}
+		i++
+	}
+	return i
+}
+
+// eachMember calls fn for every member of the object b (compact, valid JSON,
+// b[0] == '{'). key is the raw quoted key, val the raw value.
+func eachMember(b []byte, fn func(key, val []byte) error) error {
+	i := 1
+	for i < len(b) && b[i] != '}' {
+		ke := skipString(b, i)
+		key := b[i:ke]
+		vs := ke + 1 // past ':'
+		ve := skipValue(b, vs)
+		if err := fn(key, b[vs:ve]); err != nil {
+			return err
+		}
+		i = ve
+		if i < len(b) && b[i] == ',' {
+			i++
+		}
+	}
+	return nil
+}
+
+// unquote returns the Go string of the raw JSON string s. The common case, a
+// string without escapes, costs one allocation for the result.
+func unquote(s []byte) (string, bool) {
+	if len(s) < 2 || s[0] != '"' {
+		return "", false
+	}
+	inner := s[1 : len(s)-1]
+	for _, c := range inner {
+		if c == '\\' || c < 0x20 {
+			var out string
+			if err := json.Unmarshal(s, &out); err != nil {
+				return "", false
+			}
+			return out, true
+		}
+	}
+	if !utf8.Valid(inner) {
+		var out string
+		if err := json.Unmarshal(s, &out); err != nil {
+			return "", false
+		}
+		return out, true
+	}
+	return string(inner), true
+}
+
+// keyIs reports whether the raw quoted key equals name. Keys with escapes are
+// unquoted first so that "\u006aob" is still "job".
+func keyIs(raw []byte, name string) bool {
+	if len(raw) == len(name)+2 && string(raw[1:len(raw)-1]) == name {
+		return true
+	}
+	for _, c := range raw {
+		if c == '\\' {
+			k, ok := unquote(raw)
+			return ok && k == name
+		}
+	}
+	return false
+}
+
+// plainKey returns the unquoted bytes of the raw key. A key without escapes
+// is returned in place, so `switch string(plainKey(k))` does not allocate.
+func plainKey(raw []byte) []byte {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return inner
+	}
+	k, _ := unquote(raw)
+	return []byte(k)
+}
+
+// parseUint parses a JSON number that must be a non-negative integer without
+// fraction or exponent, fitting in an int64.
+func parseUint(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+		if n < 0 {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// appendString appends s as a JSON string: only '"', '\\' and control
+// characters are escaped; HTML characters, '/' and non-ASCII stay as they are,
+// as the wire contract requires. Invalid UTF-8 becomes U+FFFD.
+func appendString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, "\ufffd"...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
