@@ -70,7 +70,9 @@ func (s *Suite) RunSQS(t *testing.T, b SQSBinding) {
 			}
 		}
 	})
-	t.Run("schema_version_gate", func(t *testing.T) { runStringGate(t, need(t, s, "sqs.schema_version_gate", blk.SchemaVersionGate), b.Gate) })
+	t.Run("schema_version_gate", func(t *testing.T) {
+		runStringGate(t, need(t, s, "sqs.schema_version_gate", blk.SchemaVersionGate), b.Gate)
+	})
 }
 
 // RunKafka runs the kafka block.

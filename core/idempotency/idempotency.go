@@ -10,8 +10,12 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+
+	"github.com/babelqueue/transports/core/queue"
 )
 
 // Store is a seen-set. Implementations backed by Redis or a database share
@@ -105,4 +109,24 @@ func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.seen)
+}
+
+// Middleware skips (and acknowledges) a message whose meta.id store already
+// remembers, and remembers the id after the handler succeeds. A store
+// failure on lookup fails the delivery (it is retried) rather than risking
+// a second effect.
+func Middleware(store Store) queue.Middleware {
+	return func(next queue.HandlerFunc) queue.HandlerFunc {
+		return func(ctx context.Context, m *queue.Message) error {
+			_, err := Do(ctx, store, m.Envelope.Meta.ID, func(ctx context.Context) error { return next(ctx, m) })
+			var re *RememberError
+			if errors.As(err, &re) {
+				// The effect happened; retrying would repeat it. Report and ack.
+				slog.Default().Warn("babelqueue: idempotency store could not remember a handled message",
+					slog.String("id", re.Key), slog.Any("error", re.Err))
+				return nil
+			}
+			return err
+		}
+	}
 }

@@ -10,9 +10,12 @@ package schema
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/babelqueue/transports/core/queue"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -111,4 +114,19 @@ func (r *Registry) Validate(urn string, data []byte) error {
 		return &ValidationError{URN: urn, Cause: err}
 	}
 	return nil
+}
+
+// Middleware validates each message's data against the schema registered for
+// its URN before the handler runs. A message that does not conform fails
+// permanently (queue.Permanent): retrying cannot fix it, so it goes to the
+// dead-letter destination at once.
+func Middleware(r *Registry) queue.Middleware {
+	return func(next queue.HandlerFunc) queue.HandlerFunc {
+		return func(ctx context.Context, m *queue.Message) error {
+			if err := r.Validate(m.Envelope.URN, m.Envelope.Data()); err != nil {
+				return queue.Permanent(err)
+			}
+			return next(ctx, m)
+		}
+	}
 }

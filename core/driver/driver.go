@@ -1,0 +1,149 @@
+// Package driver defines what a broker module implements so that the
+// broker-neutral runtime in package queue can publish, receive and settle
+// messages through it. Application code uses package queue; only broker
+// modules (kafka, sqs, pulsar, azureservicebus) and their tests use driver.
+//
+// The split follows Go CDK's driver/portable design: drivers stay small and
+// native (projection onto the broker's message type, receive, settle), and
+// every policy (retry, dead-lettering, routing, concurrency, shutdown) lives
+// once in the runtime.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+)
+
+// ErrClosed is returned by a Sender or Receiver used after Close.
+var ErrClosed = errors.New("babelqueue: driver closed")
+
+// Message is one message to publish.
+type Message struct {
+	// Envelope is the decoded form of Body, used for the native projection.
+	// It is nil for a poison copy whose Body could not be decoded.
+	Envelope *core.Envelope
+	// Body is the encoded envelope, sent byte for byte.
+	Body []byte
+	// Queue is the logical destination (queue or topic name).
+	Queue string
+	// Key orders and partitions where the broker supports it (Kafka record
+	// key, Pulsar key, SQS FIFO MessageGroupId); "" means none.
+	Key string
+	// Headers are extra transport headers (traceparent, …). A contract
+	// header of the same name always wins.
+	Headers map[string]string
+	// Delay asks for delivery no earlier than this from now; drivers without
+	// Capabilities.Delay ignore it.
+	Delay time.Duration
+	// DeadLetter is set on dead-letter copies. For a poison copy it is the
+	// only record of the reason, since Body is the original bytes.
+	DeadLetter *core.DeadLetter
+	// RetryOf is set on retry copies: the delivery being retried, so a
+	// driver can carry native context (Kafka's original topic, say).
+	RetryOf *Delivery
+}
+
+// Sender publishes messages.
+type Sender interface {
+	// Send publishes msgs and returns once each is durably accepted by the
+	// broker or failed. A partial failure returns a *BatchError.
+	Send(ctx context.Context, msgs []*Message) error
+}
+
+// BatchError reports which messages of a Send failed.
+type BatchError struct {
+	// Errors has one entry per message; nil entries succeeded.
+	Errors []error
+}
+
+func (e *BatchError) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errors {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("babelqueue: %d of %d messages failed; first: %v", n, len(e.Errors), first)
+}
+
+// Unwrap returns the individual errors.
+func (e *BatchError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errors {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// Failed reports whether message i failed, with its error.
+func (e *BatchError) Failed(i int) error {
+	if i < len(e.Errors) {
+		return e.Errors[i]
+	}
+	return nil
+}
+
+// Delivery is one received message.
+type Delivery struct {
+	// Body is the raw message body.
+	Body []byte
+	// Queue is the logical queue or topic it was consumed from.
+	Queue string
+	// Headers are the native headers or properties as strings.
+	Headers map[string]string
+	// Native is the broker's delivery count for attempts reconciliation.
+	Native core.NativeAttempts
+	// Gate is the result of the schema-version gate on the native header:
+	// nil to decode, an error wrapping core.ErrSchemaVersionGate for poison.
+	Gate error
+	// OrderingKey groups deliveries that must be handled one at a time in
+	// receive order ("" = no constraint): a Kafka partition, a Pulsar key,
+	// an SQS FIFO message group.
+	OrderingKey string
+	// Token is the driver's own handle (receipt handle, record, lock token).
+	Token any
+}
+
+// Capabilities says what a Receiver supports natively.
+type Capabilities struct {
+	// NativeRetry: Release hands the message back and the broker raises
+	// the delivery count that Native reports on redelivery, so a release
+	// can serve as a retry. False for Kafka, whose rewind does not count.
+	NativeRetry bool
+	// Delay: Release and Send honour a delay.
+	Delay bool
+	// NativeDeadLetter: the Receiver implements DeadLetterer.
+	NativeDeadLetter bool
+}
+
+// Receiver receives and settles messages of one queue or subscription.
+type Receiver interface {
+	// Receive blocks until at least one delivery is available, the
+	// driver's poll interval ends (returning none), or ctx is done. It
+	// returns at most max deliveries.
+	Receive(ctx context.Context, max int) ([]*Delivery, error)
+	// Ack settles a delivery as done.
+	Ack(ctx context.Context, d *Delivery) error
+	// Release hands a delivery back unsettled so the broker redelivers it,
+	// after delay where supported. It is how the runtime leaves a message
+	// whose retry or dead-letter copy could not be published, and how it
+	// gives back what it did not start at shutdown.
+	Release(ctx context.Context, d *Delivery, delay time.Duration) error
+	// Capabilities describes the native features.
+	Capabilities() Capabilities
+}
+
+// DeadLetterer is implemented by receivers that can move a delivery to the
+// broker's own dead-letter store (Service Bus DeadLetterMessage).
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, d *Delivery, dl core.DeadLetter) error
+}

@@ -1,0 +1,417 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+var errBoom = errors.New("drivertest: handler failed")
+
+func (s *suite) publishReceive(t *testing.T) {
+	q := s.h.NewQueue(t)
+	p := s.publisher(t)
+	ctx := context.Background()
+	var sent []*core.Envelope
+	for i := range 3 {
+		env, err := p.Publish(ctx, q, urnA, map[string]any{"n": i, "big": json12345()},
+			queue.WithHeader("traceparent", fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, env)
+	}
+	var rec recorder
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(_ context.Context, m *queue.Message) error { rec.add(m); return nil })
+	})
+	s.waitFor(t, "3 handled messages", func() bool { return rec.len() == 3 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	byID := map[string]*queue.Message{}
+	for _, m := range rec.snapshot() {
+		byID[m.Envelope.Meta.ID] = m
+	}
+	for i, env := range sent {
+		m := byID[env.Meta.ID]
+		if m == nil {
+			t.Fatalf("message %d (%s) not handled", i, env.Meta.ID)
+		}
+		want, _ := env.Encode()
+		if string(m.Delivery.Body) != string(want) {
+			t.Errorf("body changed in transit:\n got %s\nwant %s", m.Delivery.Body, want)
+		}
+		if m.Envelope.TraceID != env.TraceID || m.Envelope.Attempts != 0 || string(m.Envelope.Data()) != string(env.Data()) {
+			t.Errorf("decoded %+v, want %+v", m.Envelope, env)
+		}
+		if tp := m.Headers["traceparent"]; !strings.HasPrefix(tp, "00-") {
+			t.Errorf("extra header traceparent = %q, want it carried natively", tp)
+		}
+		if s.h.CheckProjection != nil {
+			s.h.CheckProjection(t, m.Delivery, env)
+		}
+	}
+	s.expectEmpty(t, q, 200*time.Millisecond)
+}
+
+func json12345() json12345Number { return json12345Number{} }
+
+// json12345Number encodes as an integer beyond 2^53.
+type json12345Number struct{}
+
+func (json12345Number) MarshalJSON() ([]byte, error) { return []byte("12345678901234567890123"), nil }
+
+func (s *suite) retryRaisesAttempts(t *testing.T) {
+	q := s.h.NewQueue(t)
+	env, err := s.publisher(t).Publish(context.Background(), q, urnA, map[string]any{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec recorder
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(_ context.Context, m *queue.Message) error {
+			if rec.add(m) < 3 {
+				return errBoom
+			}
+			return nil
+		})
+	}, queue.WithMaxAttempts(5), queue.WithDeadLetter(""))
+	s.waitFor(t, "3 handler runs", func() bool { return rec.len() >= 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range rec.snapshot()[:3] {
+		if m.Envelope.Attempts != i {
+			t.Errorf("run %d saw attempts %d, want %d", i, m.Envelope.Attempts, i)
+		}
+		if m.Envelope.Meta.ID != env.Meta.ID || m.Envelope.TraceID != env.TraceID {
+			t.Errorf("run %d: identity changed: %+v", i, m.Envelope.Meta)
+		}
+	}
+	if n := rec.len(); n != 3 {
+		t.Errorf("handler ran %d times, want 3", n)
+	}
+	s.expectEmpty(t, q+".dlq", 200*time.Millisecond)
+}
+
+func (s *suite) deadLetterKeepsOriginal(t *testing.T) {
+	q := s.h.NewQueue(t)
+	// An envelope from another SDK, with unknown keys at both levels.
+	orig := []byte(`{"job":"` + urnA + `","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":123456789012345678901},` +
+		`"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"` + q + `","lang":"php","schema_version":1,"created_at":1749132727000,"tenant":"acme"},` +
+		`"attempts":0,"x_vendor":{"k":[1,2]}}`)
+	env, err := core.Decode(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.h.Sender(t).Send(context.Background(), []*driver.Message{{Envelope: env, Body: orig, Queue: q}}); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(context.Context, *queue.Message) error { runs.Add(1); return errBoom })
+	}, queue.WithMaxAttempts(2), queue.WithDeadLetter(""))
+	ds := s.drain(t, q+".dlq", 1)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2 (max attempts)", n)
+	}
+	dead, err := core.Decode(ds[0].Body)
+	if err != nil {
+		t.Fatalf("dead-letter copy does not decode: %v\n%s", err, ds[0].Body)
+	}
+	dl := dead.DeadLetter
+	if dl == nil || dl.Reason != core.ReasonFailed || dl.OriginalQueue != q || dl.Attempts != 2 || dl.Lang != "go" ||
+		!strings.Contains(dl.Error, errBoom.Error()) || dl.FailedAt == 0 {
+		t.Errorf("dead_letter = %+v", dl)
+	}
+	if dead.Attempts != 2 || dead.Meta.ID != env.Meta.ID || dead.Meta.Lang != "php" || string(dead.Data()) != string(env.Data()) {
+		t.Errorf("original not kept: %s", ds[0].Body)
+	}
+	if v, _ := dead.Extra("x_vendor"); string(v) != `{"k":[1,2]}` {
+		t.Errorf("unknown top-level key lost: %s", ds[0].Body)
+	}
+	if v, _ := dead.Meta.Extra("tenant"); string(v) != `"acme"` {
+		t.Errorf("unknown meta key lost: %s", ds[0].Body)
+	}
+	s.expectEmpty(t, q, 200*time.Millisecond)
+}
+
+func (s *suite) poison(t *testing.T) {
+	q := s.h.NewQueue(t)
+	bodies := [][]byte{[]byte(`{"not":"an envelope"`), []byte(`{"trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":0}`)}
+	for _, b := range bodies {
+		if err := s.h.Sender(t).Send(context.Background(), []*driver.Message{{Body: b, Queue: q}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := len(bodies)
+	var gateBody []byte
+	if s.h.SendRaw != nil {
+		env, _ := core.New(urnA, nil, core.WithQueue(q))
+		gateBody, _ = env.Encode()
+		s.h.SendRaw(t, q, gateBody, map[string]string{"bq-schema-version": "2"})
+		want++
+	}
+	var runs atomic.Int32
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(context.Context, *queue.Message) error { runs.Add(1); return nil })
+	})
+	ds := s.drain(t, q+".dlq", want)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("a handler ran for poison")
+	}
+	got := map[string]bool{}
+	for _, d := range ds {
+		got[string(d.Body)] = true
+	}
+	for _, b := range append(bodies, gateBody) {
+		if b != nil && !got[string(b)] {
+			t.Errorf("poison body %q not in the DLQ with its original bytes (got %d bodies)", b, len(got))
+		}
+	}
+	s.expectEmpty(t, q, 200*time.Millisecond)
+}
+
+func (s *suite) unknownURN(t *testing.T) {
+	const unknown = "urn:babel:drivertest:nobody"
+	publish := func(t *testing.T, q string) *core.Envelope {
+		env, err := s.publisher(t).Publish(context.Background(), q, unknown, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	register := func(c *queue.Consumer) {
+		c.Handle(urnA, func(context.Context, *queue.Message) error { return nil })
+	}
+	t.Run("fail", func(t *testing.T) {
+		q := s.h.NewQueue(t)
+		env := publish(t, q)
+		stop := s.consumer(t, q, register, queue.WithMaxAttempts(2), queue.WithDeadLetter(""))
+		ds := s.drain(t, q+".dlq", 1)
+		_ = stop()
+		dead, err := core.Decode(ds[0].Body)
+		if err != nil || dead.DeadLetter == nil || dead.DeadLetter.Reason != core.ReasonUnknownURN || dead.Attempts != 2 || dead.Meta.ID != env.Meta.ID {
+			t.Errorf("dead-letter copy %s (%v)", ds[0].Body, err)
+		}
+	})
+	t.Run("dead_letter", func(t *testing.T) {
+		q := s.h.NewQueue(t)
+		publish(t, q)
+		stop := s.consumer(t, q, register, queue.WithUnknownURN(queue.UnknownDeadLetter), queue.WithDeadLetter(""))
+		ds := s.drain(t, q+".dlq", 1)
+		_ = stop()
+		dead, err := core.Decode(ds[0].Body)
+		if err != nil || dead.DeadLetter == nil || dead.DeadLetter.Reason != core.ReasonUnknownURN || dead.Attempts != 0 {
+			t.Errorf("dead-letter copy %s (%v)", ds[0].Body, err)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		q := s.h.NewQueue(t)
+		publish(t, q)
+		var handled atomic.Int32
+		stop := s.consumer(t, q, register, queue.WithUnknownURN(queue.UnknownDelete), queue.WithDeadLetter(""),
+			queue.WithMetrics(countHandled{&handled}))
+		s.waitFor(t, "the unknown message to be settled", func() bool { return handled.Load() == 1 })
+		_ = stop()
+		s.expectEmpty(t, q, 200*time.Millisecond)
+		s.expectEmpty(t, q+".dlq", 100*time.Millisecond)
+	})
+	t.Run("release", func(t *testing.T) {
+		q := s.h.NewQueue(t)
+		env := publish(t, q)
+		var released atomic.Int32
+		stop := s.consumer(t, q, register, queue.WithUnknownURN(queue.UnknownRelease),
+			queue.WithMetrics(countHandled{&released}))
+		s.waitFor(t, "the unknown message to be released", func() bool { return released.Load() >= 1 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		// A consumer that knows the URN gets it.
+		var rec recorder
+		stop = s.consumer(t, q, func(c *queue.Consumer) {
+			c.Handle(unknown, func(_ context.Context, m *queue.Message) error { rec.add(m); return nil })
+		})
+		s.waitFor(t, "the released message at a consumer that knows its URN", func() bool { return rec.len() >= 1 })
+		_ = stop()
+		if got := rec.snapshot()[0].Envelope.Meta.ID; got != env.Meta.ID {
+			t.Errorf("got %s, want %s", got, env.Meta.ID)
+		}
+	})
+}
+
+type countHandled struct{ n *atomic.Int32 }
+
+func (c countHandled) Published(string, string, int) {}
+func (c countHandled) Handled(string, string, queue.Outcome, time.Duration) {
+	c.n.Add(1)
+}
+func (c countHandled) Retried(string, string, int)               {}
+func (c countHandled) DeadLettered(string, string, core.Reason) {}
+func (c countHandled) SettleFailed(string, string)              {}
+
+func (s *suite) atLeastOnceAfterCrash(t *testing.T) {
+	q := s.h.NewQueue(t)
+	env, err := s.publisher(t).Publish(context.Background(), q, urnA, map[string]any{"crash": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A consumer takes the message and dies before settling it.
+	rcv, crash := s.h.Receiver(t, q)
+	ctx, cancel := context.WithTimeout(context.Background(), s.h.Timeout)
+	var got []*driver.Delivery
+	for len(got) == 0 && ctx.Err() == nil {
+		got, _ = rcv.Receive(ctx, 1)
+	}
+	cancel()
+	if len(got) == 0 {
+		t.Fatal("first consumer received nothing")
+	}
+	crash()
+	// The next consumer gets it once the lease ran out.
+	var rec recorder
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(_ context.Context, m *queue.Message) error { rec.add(m); return nil })
+	})
+	s.waitFor(t, "redelivery after the crash", func() bool { return rec.len() >= 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if m := rec.snapshot()[0]; m.Envelope.Meta.ID != env.Meta.ID {
+		t.Errorf("redelivered %s, want %s", m.Envelope.Meta.ID, env.Meta.ID)
+	}
+}
+
+func (s *suite) noLossOnShutdown(t *testing.T) {
+	q := s.h.NewQueue(t)
+	const n = 20
+	p := s.publisher(t)
+	want := map[string]bool{}
+	for i := range n {
+		env, err := p.Publish(context.Background(), q, urnA, map[string]any{"i": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[env.Meta.ID] = true
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	handler := func(_ context.Context, m *queue.Message) error {
+		time.Sleep(15 * time.Millisecond)
+		mu.Lock()
+		seen[m.Envelope.Meta.ID] = true
+		mu.Unlock()
+		return nil
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
+	stop := s.consumer(t, q, func(c *queue.Consumer) { c.Handle(urnA, handler) }, queue.WithConcurrency(3), queue.WithBatchSize(5))
+	s.waitFor(t, "a few handled messages", func() bool { return count() >= 4 })
+	if err := stop(); err != nil {
+		t.Fatalf("graceful shutdown: %v", err)
+	}
+	first := count()
+	stop = s.consumer(t, q, func(c *queue.Consumer) { c.Handle(urnA, handler) }, queue.WithConcurrency(3))
+	s.waitFor(t, "every message after restart", func() bool { return count() == n })
+	_ = stop()
+	t.Logf("first consumer handled %d of %d before shutdown", first, n)
+	for id := range want {
+		if !seen[id] {
+			t.Errorf("lost %s", id)
+		}
+	}
+}
+
+func (s *suite) concurrencyLimit(t *testing.T) {
+	q := s.h.NewQueue(t)
+	const n, limit = 12, 3
+	p := s.publisher(t)
+	for i := range n {
+		if _, err := p.Publish(context.Background(), q, urnA, map[string]any{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inflight, peak, done atomic.Int32
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(context.Context, *queue.Message) error {
+			cur := inflight.Add(1)
+			for {
+				p := peak.Load()
+				if cur <= p || peak.CompareAndSwap(p, cur) {
+					break
+				}
+			}
+			time.Sleep(30 * time.Millisecond)
+			inflight.Add(-1)
+			done.Add(1)
+			return nil
+		})
+	}, queue.WithConcurrency(limit))
+	s.waitFor(t, "all handled", func() bool { return done.Load() == n })
+	_ = stop()
+	if p := peak.Load(); p > limit {
+		t.Errorf("peak concurrency %d exceeds the limit %d", p, limit)
+	} else if p < 2 {
+		t.Errorf("peak concurrency %d: handlers never overlapped", p)
+	}
+}
+
+func (s *suite) orderingPerKey(t *testing.T) {
+	q := s.h.NewQueue(t)
+	const n = 15
+	p := s.publisher(t)
+	for i := range n {
+		key := "even"
+		if i%2 == 1 {
+			key = "odd"
+		}
+		if _, err := p.Publish(context.Background(), q, urnA, map[string]any{"i": i, "key": key}, queue.WithKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	order := map[string][]int{}
+	total := 0
+	stop := s.consumer(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(_ context.Context, m *queue.Message) error {
+			var d struct {
+				I   int    `json:"i"`
+				Key string `json:"key"`
+			}
+			if err := m.Envelope.DecodeData(&d); err != nil {
+				return queue.Permanent(err)
+			}
+			time.Sleep(time.Millisecond * time.Duration(3*(n-d.I)%7))
+			mu.Lock()
+			order[d.Key] = append(order[d.Key], d.I)
+			total++
+			mu.Unlock()
+			return nil
+		})
+	}, queue.WithConcurrency(4))
+	s.waitFor(t, "all handled", func() bool { mu.Lock(); defer mu.Unlock(); return total == n })
+	_ = stop()
+	for key, seq := range order {
+		for i := 1; i < len(seq); i++ {
+			if seq[i] < seq[i-1] {
+				t.Errorf("key %s handled out of order: %v", key, seq)
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package queue_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+// benchDriver hands out the same body forever and counts acks, so the
+// benchmark measures the runtime's dispatch path (gate result, decode,
+// reconcile, route, middleware, handler, ack) and nothing of a broker.
+type benchDriver struct {
+	body  []byte
+	acked atomic.Int64
+	want  int64
+	done  chan struct{}
+}
+
+func (d *benchDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*driver.Delivery, max)
+	for i := range out {
+		out[i] = &driver.Delivery{Body: d.body, Queue: "orders", Native: core.NativeAttempts{Count: 0, Known: true}}
+	}
+	return out, nil
+}
+
+func (d *benchDriver) Ack(context.Context, *driver.Delivery) error {
+	if d.acked.Add(1) == d.want {
+		close(d.done)
+	}
+	return nil
+}
+
+func (d *benchDriver) Release(context.Context, *driver.Delivery, time.Duration) error { return nil }
+func (d *benchDriver) Capabilities() driver.Capabilities                             { return driver.Capabilities{} }
+func (d *benchDriver) Send(context.Context, []*driver.Message) error                 { return nil }
+
+func benchmarkDispatch(b *testing.B, concurrency int) {
+	e, _ := core.New("urn:babel:orders:created", map[string]any{"order_id": 1042}, core.WithQueue("orders"))
+	body, _ := e.Encode()
+	d := &benchDriver{body: body, want: int64(b.N), done: make(chan struct{})}
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(64))
+	c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() { errc <- c.Run(ctx) }()
+	<-d.done
+	b.StopTimer()
+	cancel()
+	<-errc
+}
+
+// BenchmarkDispatch is decode → route → handler → ack per message.
+func BenchmarkDispatch(b *testing.B) {
+	b.Run("handlers=1", func(b *testing.B) { benchmarkDispatch(b, 1) })
+	b.Run("handlers=8", func(b *testing.B) { benchmarkDispatch(b, 8) })
+}

@@ -1,0 +1,201 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+)
+
+// Publisher builds envelopes and sends them through a driver. It is safe for
+// concurrent use.
+type Publisher struct {
+	snd     driver.Sender
+	metrics Metrics
+	logger  *slog.Logger
+	headers map[string]string
+}
+
+// PublisherOption configures a Publisher.
+type PublisherOption func(*Publisher)
+
+// WithPublisherMetrics reports published counts to m.
+func WithPublisherMetrics(m Metrics) PublisherOption { return func(p *Publisher) { p.metrics = m } }
+
+// WithPublisherLogger logs to l (default slog.Default()).
+func WithPublisherLogger(l *slog.Logger) PublisherOption { return func(p *Publisher) { p.logger = l } }
+
+// WithDefaultHeaders adds headers to every message (a contract header of the
+// same name still wins).
+func WithDefaultHeaders(h map[string]string) PublisherOption {
+	return func(p *Publisher) { p.headers = maps.Clone(h) }
+}
+
+// NewPublisher returns a Publisher sending through snd.
+func NewPublisher(snd driver.Sender, opts ...PublisherOption) *Publisher {
+	p := &Publisher{snd: snd, metrics: NopMetrics{}, logger: slog.Default()}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// PublishOption configures one published message.
+type PublishOption func(*publishConfig)
+
+type publishConfig struct {
+	envOpts []core.Option
+	key     string
+	queue   string
+	headers map[string]string
+	delay   time.Duration
+}
+
+// WithKey sets the ordering/partition key.
+func WithKey(key string) PublishOption { return func(c *publishConfig) { c.key = key } }
+
+// WithHeader adds one extra transport header (traceparent, bq-replay-bypass…).
+func WithHeader(name, value string) PublishOption {
+	return func(c *publishConfig) {
+		if c.headers == nil {
+			c.headers = map[string]string{}
+		}
+		c.headers[name] = value
+	}
+}
+
+// ToQueue sends PublishEnvelope's envelope to queue instead of its meta.queue
+// (meta is never changed).
+func ToQueue(queue string) PublishOption { return func(c *publishConfig) { c.queue = queue } }
+
+// WithDelay asks drivers that support it to deliver no earlier than d from now.
+func WithDelay(d time.Duration) PublishOption { return func(c *publishConfig) { c.delay = d } }
+
+// WithEnvelopeOptions passes options to core.New (WithMessageID, WithCreatedAt…).
+func WithEnvelopeOptions(opts ...core.Option) PublishOption {
+	return func(c *publishConfig) { c.envOpts = append(c.envOpts, opts...) }
+}
+
+// ContinueFrom continues the trace of the message being handled: the new
+// envelope carries m's trace_id, and m's traceparent/tracestate headers are
+// forwarded.
+func ContinueFrom(m *Message) PublishOption {
+	return func(c *publishConfig) {
+		if m == nil || m.Envelope == nil {
+			return
+		}
+		c.envOpts = append(c.envOpts, core.ContinueTrace(m.Envelope))
+		for _, h := range []string{"traceparent", "tracestate"} {
+			if v, ok := m.Headers[h]; ok {
+				WithHeader(h, v)(c)
+			}
+		}
+	}
+}
+
+// WithTraceID continues an existing trace by id.
+func WithTraceID(traceID string) PublishOption {
+	return func(c *publishConfig) { c.envOpts = append(c.envOpts, core.WithTraceID(traceID)) }
+}
+
+// Publish builds an envelope for urn and data on queue and sends it. It
+// returns the envelope sent, whose Meta.ID identifies the message.
+func (p *Publisher) Publish(ctx context.Context, queue, urn string, data any, opts ...PublishOption) (*core.Envelope, error) {
+	var cfg publishConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	env, err := core.New(urn, data, append(cfg.envOpts, core.WithQueue(queue))...)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := p.message(env, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.snd.Send(ctx, []*driver.Message{msg}); err != nil {
+		return nil, fmt.Errorf("babelqueue: publishing %s to %s: %w", urn, queue, err)
+	}
+	p.metrics.Published(queue, urn, 1)
+	return env, nil
+}
+
+// PublishEnvelope sends an envelope built elsewhere (an outbox relay, a
+// redrive) to its meta.queue.
+func (p *Publisher) PublishEnvelope(ctx context.Context, env *core.Envelope, opts ...PublishOption) error {
+	var cfg publishConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	msg, err := p.message(env, &cfg)
+	if err != nil {
+		return err
+	}
+	if err := p.snd.Send(ctx, []*driver.Message{msg}); err != nil {
+		return fmt.Errorf("babelqueue: publishing %s to %s: %w", env.URN, msg.Queue, err)
+	}
+	p.metrics.Published(msg.Queue, env.URN, 1)
+	return nil
+}
+
+// Outgoing is one message of a batch.
+type Outgoing struct {
+	Envelope *core.Envelope
+	Options  []PublishOption
+}
+
+// PublishBatch sends envelopes in one driver call (drivers batch natively:
+// SendMessageBatch, MessageBatch, produce batches). A partial failure returns
+// a *driver.BatchError whose entries line up with batch.
+func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
+	msgs := make([]*driver.Message, len(batch))
+	for i, o := range batch {
+		var cfg publishConfig
+		for _, opt := range o.Options {
+			opt(&cfg)
+		}
+		m, err := p.message(o.Envelope, &cfg)
+		if err != nil {
+			return fmt.Errorf("babelqueue: batch message %d: %w", i, err)
+		}
+		msgs[i] = m
+	}
+	err := p.snd.Send(ctx, msgs)
+	for i, m := range msgs {
+		if be, ok := err.(*driver.BatchError); (ok && be.Failed(i) == nil) || err == nil {
+			p.metrics.Published(m.Queue, m.Envelope.URN, 1)
+		}
+	}
+	return err
+}
+
+// Redrive sends a dead-lettered envelope back to its original queue with the
+// dead_letter block removed and attempts reset to 0.
+func (p *Publisher) Redrive(ctx context.Context, dead *core.Envelope, opts ...PublishOption) error {
+	env, q := dead.Redrive()
+	return p.PublishEnvelope(ctx, env, append([]PublishOption{ToQueue(q)}, opts...)...)
+}
+
+func (p *Publisher) message(env *core.Envelope, cfg *publishConfig) (*driver.Message, error) {
+	body, err := env.Encode()
+	if err != nil {
+		return nil, err
+	}
+	headers := cfg.headers
+	if len(p.headers) > 0 {
+		headers = maps.Clone(p.headers)
+		maps.Copy(headers, cfg.headers)
+	}
+	queue := env.Meta.Queue
+	if cfg.queue != "" {
+		queue = cfg.queue
+	}
+	return &driver.Message{
+		Envelope: env, Body: body, Queue: queue,
+		Key: cfg.key, Headers: headers, Delay: cfg.delay,
+	}, nil
+}
