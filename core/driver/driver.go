@@ -42,9 +42,10 @@ type Message struct {
 	// DeadLetter is set on dead-letter copies. For a poison copy it is the
 	// only record of the reason, since Body is the original bytes.
 	DeadLetter *core.DeadLetter
-	// RetryOf is set on retry copies: the delivery being retried, so a
-	// driver can carry native context (Kafka's original topic, say).
-	RetryOf *Delivery
+	// Origin is set on retry, dead-letter and poison copies: the delivery
+	// the copy was made from, so a driver can carry native context (Kafka's
+	// bq-original-topic and record key, say).
+	Origin *Delivery
 }
 
 // Sender publishes messages.

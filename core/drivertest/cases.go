@@ -262,7 +262,7 @@ func (c countHandled) Published(string, string, int) {}
 func (c countHandled) Handled(string, string, queue.Outcome, time.Duration) {
 	c.n.Add(1)
 }
-func (c countHandled) Retried(string, string, int)               {}
+func (c countHandled) Retried(string, string, int)              {}
 func (c countHandled) DeadLettered(string, string, core.Reason) {}
 func (c countHandled) SettleFailed(string, string)              {}
 
@@ -342,7 +342,9 @@ func (s *suite) concurrencyLimit(t *testing.T) {
 	const n, limit = 12, 3
 	p := s.publisher(t)
 	for i := range n {
-		if _, err := p.Publish(context.Background(), q, urnA, map[string]any{"i": i}); err != nil {
+		// Distinct keys: a partitioned broker runs one key (partition) at a
+		// time, so concurrency needs them spread.
+		if _, err := p.Publish(context.Background(), q, urnA, map[string]any{"i": i}, queue.WithKey(fmt.Sprint("k", i))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,8 @@ package drivertest
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,6 +80,7 @@ func (s *suite) consumer(t *testing.T, q string, reg func(c *queue.Consumer), op
 		queue.WithBackoff(queue.Constant(10 * time.Millisecond)),
 		queue.WithShutdownTimeout(10 * time.Second),
 		queue.WithErrorHandler(func(err error) { t.Logf("consumer error: %v", err) }),
+		queue.WithLogger(TestLogger(t)),
 	}
 	base = append(base, s.h.ConsumerOptions...)
 	c := queue.NewConsumer(rcv, s.h.Sender(t), append(base, opts...)...)
@@ -188,3 +191,17 @@ func (r *recorder) snapshot() []*queue.Message {
 }
 
 const urnA = "urn:babel:drivertest:a"
+
+// TestLogger returns a logger that writes through t.Log, so a test's logs
+// appear with the test that made them (and only when it fails or with -v).
+func TestLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

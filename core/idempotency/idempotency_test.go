@@ -16,7 +16,9 @@ import (
 
 type failingStore struct{ idempotency.MemoryStore }
 
-func (*failingStore) Seen(context.Context, string) (bool, error) { return false, errors.New("redis down") }
+func (*failingStore) Seen(context.Context, string) (bool, error) {
+	return false, errors.New("redis down")
+}
 
 func TestStoreFailureDoesNotRunHandler(t *testing.T) {
 	ran := false

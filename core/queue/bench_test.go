@@ -40,8 +40,8 @@ func (d *benchDriver) Ack(context.Context, *driver.Delivery) error {
 }
 
 func (d *benchDriver) Release(context.Context, *driver.Delivery, time.Duration) error { return nil }
-func (d *benchDriver) Capabilities() driver.Capabilities                             { return driver.Capabilities{} }
-func (d *benchDriver) Send(context.Context, []*driver.Message) error                 { return nil }
+func (d *benchDriver) Capabilities() driver.Capabilities                              { return driver.Capabilities{} }
+func (d *benchDriver) Send(context.Context, []*driver.Message) error                  { return nil }
 
 func benchmarkDispatch(b *testing.B, concurrency int) {
 	e, _ := core.New("urn:babel:orders:created", map[string]any{"order_id": 1042}, core.WithQueue("orders"))

@@ -427,7 +427,7 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 		c.release(d, delay, m)
 		return
 	}
-	msg := &driver.Message{Envelope: cp, Body: body, Queue: d.Queue, Headers: ExtraHeaders(d.Headers), Delay: delay, RetryOf: d}
+	msg := &driver.Message{Envelope: cp, Body: body, Queue: d.Queue, Headers: ExtraHeaders(d.Headers), Delay: delay, Origin: d}
 	if !c.publishCopy(msg, "retry-publish", m, delay) {
 		return
 	}
@@ -464,7 +464,7 @@ func (c *Consumer) toDeadLetter(m *Message, reason core.Reason, herr error, atte
 		c.release(d, c.backoff.Delay(attempts), m)
 		return
 	}
-	msg := &driver.Message{Envelope: cp, Body: body, Queue: c.dlqName(d.Queue), Headers: ExtraHeaders(d.Headers), DeadLetter: &dl}
+	msg := &driver.Message{Envelope: cp, Body: body, Queue: c.dlqName(d.Queue), Headers: ExtraHeaders(d.Headers), DeadLetter: &dl, Origin: d}
 	if !c.publishCopy(msg, "dead-letter-publish", m, c.backoff.Delay(attempts)) {
 		return
 	}
@@ -493,7 +493,7 @@ func (c *Consumer) poison(d *driver.Delivery, cause error) {
 			return
 		}
 	}
-	msg := &driver.Message{Body: d.Body, Queue: c.dlqName(d.Queue), Headers: ExtraHeaders(d.Headers), DeadLetter: &dl}
+	msg := &driver.Message{Body: d.Body, Queue: c.dlqName(d.Queue), Headers: ExtraHeaders(d.Headers), DeadLetter: &dl, Origin: d}
 	m := &Message{Queue: d.Queue, Headers: d.Headers, Delivery: d}
 	if !c.publishCopy(msg, "dead-letter-publish", m, c.backoff.Delay(1)) {
 		return

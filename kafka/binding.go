@@ -1,0 +1,97 @@
+package kafka
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Record header names of the Kafka binding.
+const (
+	HeaderJob           = "bq-job"
+	HeaderTraceID       = "bq-trace-id"
+	HeaderMessageID     = "bq-message-id"
+	HeaderSchemaVersion = "bq-schema-version"
+	HeaderSourceLang    = "bq-source-lang"
+	HeaderAttempts      = "bq-attempts"
+	// HeaderDelay (milliseconds) and HeaderOriginalTopic ride on delay-tier
+	// retry copies; HeaderOriginalTopic also on dead letters.
+	HeaderDelay         = "bq-delay"
+	HeaderOriginalTopic = "bq-original-topic"
+	// HeaderDeadLetterReason carries dead_letter.reason natively, the only
+	// record of it on a poison copy whose value is the original bytes.
+	HeaderDeadLetterReason = "bq-dead-letter-reason"
+)
+
+// Project builds the record for m: value = m.Body untouched, extra headers
+// first and then the contract headers (a contract header always wins a name
+// collision), timestamp = meta.created_at, key = key (nil for none).
+func Project(m *driver.Message, topic string, key []byte) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Key: key, Value: m.Body}
+	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+8)
+	for k, v := range m.Headers {
+		if isContract(k) {
+			continue
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	if e := m.Envelope; e != nil {
+		r.Headers = append(r.Headers,
+			kgo.RecordHeader{Key: HeaderJob, Value: []byte(e.URN)},
+			kgo.RecordHeader{Key: HeaderTraceID, Value: []byte(e.TraceID)},
+			kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(e.Meta.ID)},
+			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: strconv.AppendInt(nil, int64(e.Meta.SchemaVersion), 10)},
+			kgo.RecordHeader{Key: HeaderSourceLang, Value: []byte(e.Meta.Lang)},
+			kgo.RecordHeader{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(e.Attempts), 10)},
+		)
+		r.Timestamp = time.UnixMilli(e.Meta.CreatedAt)
+	}
+	if dl := m.DeadLetter; dl != nil {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(dl.Reason)})
+	}
+	return r
+}
+
+func isContract(name string) bool {
+	switch name {
+	case HeaderJob, HeaderTraceID, HeaderMessageID, HeaderSchemaVersion, HeaderSourceLang, HeaderAttempts,
+		HeaderDelay, HeaderOriginalTopic, HeaderDeadLetterReason:
+		return true
+	}
+	return false
+}
+
+// NativeAttempts reads the bq-attempts header: authoritative when present
+// and a non-negative integer, unknown otherwise.
+func NativeAttempts(value string, present bool) core.NativeAttempts {
+	if !present {
+		return core.NativeAttempts{}
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 0 {
+		return core.NativeAttempts{}
+	}
+	return core.NativeAttempts{Count: n, Known: true, Authoritative: true}
+}
+
+// Attempts is the consume-side reconciliation: the bq-attempts header when
+// present and parseable (even when lower than the body), else the body's.
+func Attempts(bodyAttempts int, header string, present bool) int {
+	return NativeAttempts(header, present).Reconcile(bodyAttempts)
+}
+
+// Gate applies the schema-version gate to the bq-schema-version header.
+func Gate(value string, present bool) error { return core.CheckSchemaVersion(value, present) }
+
+// header returns the last value of a record header.
+func header(r *kgo.Record, name string) (string, bool) {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == name {
+			return string(r.Headers[i].Value), true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,108 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// EnvBrokers names the environment variable that points the integration
+// tests at a real Kafka cluster (comma-separated seed brokers). Without it
+// they run against an in-process kfake cluster.
+const EnvBrokers = "BQ_KAFKA_BROKERS"
+
+var (
+	seeds   []string
+	server  string
+	topicNo atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	if env := os.Getenv(EnvBrokers); env != "" {
+		seeds = strings.Split(env, ",")
+		server = "kafka " + env
+		os.Exit(m.Run())
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kfake:", err)
+		os.Exit(1)
+	}
+	seeds = c.ListenAddrs()
+	server = "kfake " + strings.Join(seeds, ",")
+	code := m.Run()
+	c.Close()
+	os.Exit(code)
+}
+
+var unsafeTopic = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// newTopics creates a fresh topic (and its .dlq) with the given partitions
+// and returns its name.
+func newTopics(t testing.TB, partitions int32, extra ...string) string {
+	t.Helper()
+	name := fmt.Sprintf("bq-%s-%d-%d", unsafeTopic.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano()%1e6, topicNo.Add(1))
+	if len(name) > 200 {
+		name = name[len(name)-200:]
+	}
+	topics := []string{name, name + ".dlq"}
+	for _, s := range extra {
+		topics = append(topics, name+s)
+	}
+	createTopics(t, partitions, topics...)
+	return name
+}
+
+func createTopics(t testing.TB, partitions int32, topics ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopics(ctx, partitions, 1, nil, topics...)
+	if err != nil {
+		t.Fatalf("create topics: %v", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			t.Fatalf("create topic %s: %v", r.Topic, r.Err)
+		}
+	}
+}
+
+func newTestSender(t testing.TB, opts ...SenderOption) *Sender {
+	t.Helper()
+	s, err := NewSender(seeds, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+func newTestReceiver(t testing.TB, group string, topics []string, opts ...ReceiverOption) *Receiver {
+	t.Helper()
+	base := []ReceiverOption{
+		WithPollWait(200 * time.Millisecond),
+		WithConsumerClientOptions(kgo.FetchMaxWait(250*time.Millisecond), kgo.SessionTimeout(6*time.Second),
+			kgo.HeartbeatInterval(500*time.Millisecond), kgo.RebalanceTimeout(20*time.Second)),
+	}
+	r, err := NewReceiver(seeds, group, topics, append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Runs a real single-node Apache Kafka broker (KRaft, combined broker and
+# controller) on 127.0.0.1 for the kafka module's integration tests.
+#
+#   scripts/kafka-server.sh start   resolve (first time), format, start, wait
+#   scripts/kafka-server.sh stop    stop it and delete its data
+#   scripts/kafka-server.sh env     print BQ_KAFKA_BROKERS=... for the tests
+#
+# Needs Java 17+ and Maven; the broker's jars come from Maven Central
+# (org.apache.kafka:kafka_2.13:4.4.0) into $BQ_CACHE_DIR/kafka/libs.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${BQ_CACHE_DIR:-$here/../.cache}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+dir=$cache/kafka
+port=${BQ_KAFKA_PORT:-19092}
+cport=${BQ_KAFKA_CONTROLLER_PORT:-19093}
+pidfile=$dir/broker.pid
+log=$dir/broker.log
+
+resolve() {
+	if [ -f "$dir/libs/.complete" ]; then return; fi
+	mkdir -p "$dir/libs"
+	echo "kafka-server: resolving org.apache.kafka:kafka_2.13:4.4.0 from Maven Central" >&2
+	mvn -q -B -f "$here/kafka/pom.xml" dependency:copy-dependencies \
+		-DoutputDirectory="$dir/libs" -DincludeScope=runtime >&2
+	touch "$dir/libs/.complete"
+}
+
+ready() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
+
+start() {
+	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+		echo "kafka-server: already running (pid $(cat "$pidfile"))" >&2
+		return
+	fi
+	resolve
+	rm -rf "$dir/data"
+	mkdir -p "$dir/data"
+	cat >"$dir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.consumer.min.session.timeout.ms=1000
+group.min.session.timeout.ms=1000
+PROPS
+	local cp="$dir/libs/*"
+	local id
+	id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+	java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1
+	nohup java -Xms512m -Xmx1g -cp "$cp" kafka.Kafka "$dir/server.properties" >"$log" 2>&1 &
+	echo $! >"$pidfile"
+	for _ in $(seq 1 120); do
+		if ready; then
+			echo "kafka-server: broker ready on 127.0.0.1:$port (pid $(cat "$pidfile"))" >&2
+			return
+		fi
+		if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+			echo "kafka-server: broker exited; log follows" >&2
+			tail -n 50 "$log" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+	echo "kafka-server: broker not ready after 60s; log follows" >&2
+	tail -n 50 "$log" >&2
+	exit 1
+}
+
+stop() {
+	if [ -f "$pidfile" ]; then
+		local pid
+		pid=$(cat "$pidfile")
+		kill "$pid" 2>/dev/null || true
+		for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+		kill -9 "$pid" 2>/dev/null || true
+		rm -f "$pidfile"
+	fi
+	rm -rf "$dir/data"
+}
+
+case "${1:-}" in
+start) start ;;
+stop) stop ;;
+env) echo "BQ_KAFKA_BROKERS=127.0.0.1:$port" ;;
+*) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+esac
