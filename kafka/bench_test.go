@@ -1,0 +1,146 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var benchSizes = []int{256, 1 << 10, 64 << 10}
+
+func benchMessage(b *testing.B, topic string, size int) *driver.Message {
+	// pad so that the whole envelope is about size bytes
+	env, err := core.New(testURN, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(topic))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := env.Encode()
+	return &driver.Message{Envelope: env, Body: body, Queue: topic}
+}
+
+func BenchmarkProject(b *testing.B) {
+	m := benchMessage(b, "orders", 1<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Project(m, "orders", nil)
+	}
+}
+
+func BenchmarkReconcile(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Attempts(1, "2", true)
+		_ = Gate("1", true)
+	}
+}
+
+func reportRate(b *testing.B, n int, start time.Time) {
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkProduceSync sends one message at a time and waits for each ack.
+func BenchmarkProduceSync(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			topic := newTopics(b, 8)
+			snd := newTestSender(b)
+			m := benchMessage(b, topic, size)
+			b.SetBytes(int64(len(m.Body)))
+			b.ReportAllocs()
+			start := time.Now()
+			for b.Loop() {
+				if err := snd.Send(context.Background(), []*driver.Message{m}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportRate(b, b.N, start)
+		})
+	}
+}
+
+// BenchmarkProduceBatched sends asynchronously and lets the client batch.
+func BenchmarkProduceBatched(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			topic := newTopics(b, 8)
+			snd := newTestSender(b, WithClientOptions(kgo.ProducerLinger(5*time.Millisecond)))
+			m := benchMessage(b, topic, size)
+			b.SetBytes(int64(len(m.Body)))
+			b.ReportAllocs()
+			var failed atomic.Int64
+			msgs := []*driver.Message{m}
+			start := time.Now()
+			for b.Loop() {
+				snd.SendAsync(context.Background(), msgs, func(_ int, err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			if err := snd.Flush(context.Background()); err != nil || failed.Load() > 0 {
+				b.Fatalf("flush: %v, %d failed", err, failed.Load())
+			}
+			reportRate(b, b.N, start)
+		})
+	}
+}
+
+// BenchmarkConsume is publish-ahead, then receive → decode → handle → commit
+// through the runtime, with 1 and 8 handlers over 8 partitions.
+func BenchmarkConsume(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, handlers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("size=%d/handlers=%d", size, handlers), func(b *testing.B) {
+				topic := newTopics(b, 8)
+				snd := newTestSender(b, WithClientOptions(kgo.ProducerLinger(5*time.Millisecond)))
+				m := benchMessage(b, topic, size)
+				n := b.N
+				for i := range n {
+					mm := *m
+					mm.Key = fmt.Sprint(i % 64)
+					snd.SendAsync(context.Background(), []*driver.Message{&mm}, nil)
+				}
+				if err := snd.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				rcv := newTestReceiver(b, "g-"+topic, []string{topic}, WithPollWait(100*time.Millisecond))
+				defer rcv.Close(context.Background())
+				var handled atomic.Int64
+				done := make(chan struct{})
+				c := queue.NewConsumer(rcv, snd, queue.WithConcurrency(handlers), queue.WithBatchSize(500))
+				c.Handle(testURN, func(context.Context, *queue.Message) error {
+					if handled.Add(1) == int64(n) {
+						close(done)
+					}
+					return nil
+				})
+				ctx, cancel := context.WithCancel(context.Background())
+				errc := make(chan error, 1)
+				b.SetBytes(int64(len(m.Body)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				go func() { errc <- c.Run(ctx) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Minute):
+					b.Fatalf("handled %d of %d", handled.Load(), n)
+				}
+				b.StopTimer()
+				reportRate(b, n, start)
+				cancel()
+				if err := <-errc; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
