@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -85,7 +84,6 @@ type Consumer struct {
 	now             func() time.Time
 
 	decodeOpts []core.DecodeOption
-	seed       maphash.Seed
 	running    atomic.Bool
 }
 
@@ -194,7 +192,6 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 		logger:          slog.Default(),
 		metrics:         NopMetrics{},
 		now:             time.Now,
-		seed:            maphash.MakeSeed(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -229,26 +226,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
-	shared := make(chan *driver.Delivery)
-	keyed := make([]chan *driver.Delivery, c.concurrency)
-	var wg sync.WaitGroup
-	for i := range keyed {
-		keyed[i] = make(chan *driver.Delivery, c.batch)
-		wg.Add(1)
-		go func(own chan *driver.Delivery) {
-			defer wg.Done()
-			c.worker(ctx, hctx, handlers, own, shared)
-		}(keyed[i])
+	d := &dispatcher{
+		c: c, ctx: ctx, hctx: hctx, handlers: handlers,
+		run:     make(chan struct{}, c.concurrency),
+		pending: make(chan struct{}, max(2*c.batch, 2*c.concurrency)),
+		lanes:   map[string]*lane{},
 	}
-
-	runErr := c.receiveLoop(ctx, shared, keyed)
-	close(shared)
-	for _, ch := range keyed {
-		close(ch)
-	}
+	runErr := c.receiveLoop(ctx, d)
 
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { d.wg.Wait(); close(done) }()
 	timer := time.NewTimer(c.shutdownTimeout)
 	defer timer.Stop()
 	select {
@@ -261,13 +248,110 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer grace.Stop()
 	select {
 	case <-done:
-		return errors.Join(runErr, ErrShutdownTimeout)
 	case <-grace.C:
-		return errors.Join(runErr, ErrShutdownTimeout)
+	}
+	return errors.Join(runErr, ErrShutdownTimeout)
+}
+
+// dispatcher runs deliveries with bounded concurrency. Deliveries without an
+// ordering key run on their own goroutine; deliveries with one join the lane
+// of their key, a goroutine that handles them one at a time in receive
+// order. run bounds goroutines handling at once; pending bounds deliveries
+// received but not finished, which is what stops the receive loop.
+type dispatcher struct {
+	c        *Consumer
+	ctx      context.Context // Run's: cancelled at shutdown
+	hctx     context.Context // handlers': cancelled after the shutdown timeout
+	handlers map[string]HandlerFunc
+	run      chan struct{}
+	pending  chan struct{}
+	wg       sync.WaitGroup
+
+	mu    sync.Mutex
+	lanes map[string]*lane
+}
+
+type lane struct{ queue []*driver.Delivery }
+
+// acquire takes a slot of sem unless ctx is done first.
+func acquire(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
-func (c *Consumer) receiveLoop(ctx context.Context, shared chan<- *driver.Delivery, keyed []chan *driver.Delivery) error {
+// dispatch hands d over; it blocks while too much is pending or no handler
+// slot is free, and returns false if ctx ended first (d is not taken).
+func (d *dispatcher) dispatch(del *driver.Delivery) bool {
+	if !acquire(d.ctx, d.pending) {
+		return false
+	}
+	if key := del.OrderingKey; key != "" {
+		d.mu.Lock()
+		if l, ok := d.lanes[key]; ok {
+			l.queue = append(l.queue, del)
+			d.mu.Unlock()
+			return true
+		}
+		d.lanes[key] = &lane{}
+		d.mu.Unlock()
+		if !acquire(d.ctx, d.run) {
+			d.mu.Lock()
+			delete(d.lanes, key)
+			d.mu.Unlock()
+			<-d.pending
+			return false
+		}
+		d.wg.Add(1)
+		go d.runLane(key, del)
+		return true
+	}
+	if !acquire(d.ctx, d.run) {
+		<-d.pending
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.handle(del)
+		<-d.run
+	}()
+	return true
+}
+
+func (d *dispatcher) runLane(key string, del *driver.Delivery) {
+	defer d.wg.Done()
+	for del != nil {
+		d.handle(del)
+		d.mu.Lock()
+		l := d.lanes[key]
+		if len(l.queue) == 0 {
+			delete(d.lanes, key)
+			del = nil
+		} else {
+			del = l.queue[0]
+			l.queue = l.queue[1:]
+		}
+		d.mu.Unlock()
+	}
+	<-d.run
+}
+
+// handle processes one delivery, or releases it when shutdown began before
+// it started.
+func (d *dispatcher) handle(del *driver.Delivery) {
+	defer func() { <-d.pending }()
+	if d.ctx.Err() != nil {
+		d.c.release(del, 0, nil)
+		return
+	}
+	d.c.process(d.hctx, d.handlers, del)
+}
+
+func (c *Consumer) receiveLoop(ctx context.Context, d *dispatcher) error {
 	pause := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		ds, err := c.rcv.Receive(ctx, c.batch)
@@ -288,46 +372,14 @@ func (c *Consumer) receiveLoop(ctx context.Context, shared chan<- *driver.Delive
 			continue
 		}
 		pause = 50 * time.Millisecond
-		for i, d := range ds {
-			ch := shared
-			if d.OrderingKey != "" {
-				ch = keyed[maphash.String(c.seed, d.OrderingKey)%uint64(len(keyed))]
-			}
-			select {
-			case ch <- d:
-			case <-ctx.Done():
+		for i, del := range ds {
+			if !d.dispatch(del) {
 				c.releaseAll(ds[i:])
 				return nil
 			}
 		}
 	}
 	return nil
-}
-
-func (c *Consumer) worker(ctx, hctx context.Context, handlers map[string]HandlerFunc, own, shared <-chan *driver.Delivery) {
-	for own != nil || shared != nil {
-		var (
-			d  *driver.Delivery
-			ok bool
-		)
-		select {
-		case d, ok = <-own:
-			if !ok {
-				own = nil
-				continue
-			}
-		case d, ok = <-shared:
-			if !ok {
-				shared = nil
-				continue
-			}
-		}
-		if ctx.Err() != nil { // shutting down: give back what was not started
-			c.release(d, 0, nil)
-			continue
-		}
-		c.process(hctx, handlers, d)
-	}
 }
 
 func (c *Consumer) releaseAll(ds []*driver.Delivery) {
