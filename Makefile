@@ -1,6 +1,8 @@
 # BabelQueue Go transports. Every target runs over every module of go.work.
 #
-#   make test          unit, integration (kfake) and conformance tests, -race
+#   make test          unit, integration and conformance tests, -race (Kafka on
+#                      kfake; SQS on the local server if scripts/sqs-server.sh
+#                      installed it, else those tests skip)
 #   make conformance   conformance tests against the project's suite, and
 #                      against CONFORMANCE_DIR too when it is set
 #   make bench         benchmarks of every module, summarised by benchstat
@@ -10,7 +12,7 @@
 #   make demo          the Kafka demo on an embedded kfake cluster
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka
+MODULES     := core conformance kafka sqs
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools
@@ -55,11 +57,14 @@ fuzz:
 # Micro-benchmarks run for BENCHTIME; the Kafka end-to-end benchmarks, which
 # publish b.N messages ahead, run a fixed count (BENCH_E2E, default 20000x).
 BENCH_E2E ?= 20000x
+BENCH_SQS_E2E ?= 2000x
 bench: $(BENCHSTAT)
 	@rm -f bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./core/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Project|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./kafka/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Produce|Consume' -benchmem -count 3 -benchtime $(BENCH_E2E) ./kafka/... | tee -a bench.txt
+	$(GO) test -run '^$$' -bench 'Attributes|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./sqs/... | tee -a bench.txt
+	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_SQS_E2E) ./sqs/... | tee -a bench.txt
 	$(BENCHSTAT) bench.txt
 
 tidy:

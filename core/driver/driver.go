@@ -148,3 +148,11 @@ type Receiver interface {
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, d *Delivery, dl core.DeadLetter) error
 }
+
+// DeadLetterNamer is implemented by receivers whose broker constrains queue
+// names, to give the default dead-letter destination of queue (SQS FIFO:
+// "orders.fifo" → "orders.dlq.fifo"). Without it the runtime uses
+// "<queue>.dlq".
+type DeadLetterNamer interface {
+	DeadLetterQueue(queue string) string
+}

@@ -72,6 +72,11 @@ type json12345Number struct{}
 func (json12345Number) MarshalJSON() ([]byte, error) { return []byte("12345678901234567890123"), nil }
 
 func (s *suite) retryRaisesAttempts(t *testing.T) {
+	t.Run("auto", func(t *testing.T) { s.retryWith(t, queue.RetryAuto) })
+	t.Run("republish", func(t *testing.T) { s.retryWith(t, queue.RetryRepublish) })
+}
+
+func (s *suite) retryWith(t *testing.T, mode queue.RetryMode) {
 	q := s.h.NewQueue(t)
 	env, err := s.publisher(t).Publish(context.Background(), q, urnA, map[string]any{"k": "v"})
 	if err != nil {
@@ -85,7 +90,7 @@ func (s *suite) retryRaisesAttempts(t *testing.T) {
 			}
 			return nil
 		})
-	}, queue.WithMaxAttempts(5), queue.WithDeadLetter(""))
+	}, queue.WithMaxAttempts(5), queue.WithDeadLetter(""), queue.WithRetryMode(mode))
 	s.waitFor(t, "3 handler runs", func() bool { return rec.len() >= 3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -101,7 +106,7 @@ func (s *suite) retryRaisesAttempts(t *testing.T) {
 	if n := rec.len(); n != 3 {
 		t.Errorf("handler ran %d times, want 3", n)
 	}
-	s.expectEmpty(t, q+".dlq", 200*time.Millisecond)
+	s.expectEmpty(t, s.h.DeadLetterQueue(q), 200*time.Millisecond)
 }
 
 func (s *suite) deadLetterKeepsOriginal(t *testing.T) {
@@ -121,7 +126,7 @@ func (s *suite) deadLetterKeepsOriginal(t *testing.T) {
 	stop := s.consumer(t, q, func(c *queue.Consumer) {
 		c.Handle(urnA, func(context.Context, *queue.Message) error { runs.Add(1); return errBoom })
 	}, queue.WithMaxAttempts(2), queue.WithDeadLetter(""))
-	ds := s.drain(t, q+".dlq", 1)
+	ds := s.drain(t, s.h.DeadLetterQueue(q), 1)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +174,7 @@ func (s *suite) poison(t *testing.T) {
 	stop := s.consumer(t, q, func(c *queue.Consumer) {
 		c.Handle(urnA, func(context.Context, *queue.Message) error { runs.Add(1); return nil })
 	})
-	ds := s.drain(t, q+".dlq", want)
+	ds := s.drain(t, s.h.DeadLetterQueue(q), want)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +209,7 @@ func (s *suite) unknownURN(t *testing.T) {
 		q := s.h.NewQueue(t)
 		env := publish(t, q)
 		stop := s.consumer(t, q, register, queue.WithMaxAttempts(2), queue.WithDeadLetter(""))
-		ds := s.drain(t, q+".dlq", 1)
+		ds := s.drain(t, s.h.DeadLetterQueue(q), 1)
 		_ = stop()
 		dead, err := core.Decode(ds[0].Body)
 		if err != nil || dead.DeadLetter == nil || dead.DeadLetter.Reason != core.ReasonUnknownURN || dead.Attempts != 2 || dead.Meta.ID != env.Meta.ID {
@@ -215,7 +220,7 @@ func (s *suite) unknownURN(t *testing.T) {
 		q := s.h.NewQueue(t)
 		publish(t, q)
 		stop := s.consumer(t, q, register, queue.WithUnknownURN(queue.UnknownDeadLetter), queue.WithDeadLetter(""))
-		ds := s.drain(t, q+".dlq", 1)
+		ds := s.drain(t, s.h.DeadLetterQueue(q), 1)
 		_ = stop()
 		dead, err := core.Decode(ds[0].Body)
 		if err != nil || dead.DeadLetter == nil || dead.DeadLetter.Reason != core.ReasonUnknownURN || dead.Attempts != 0 {
@@ -231,7 +236,7 @@ func (s *suite) unknownURN(t *testing.T) {
 		s.waitFor(t, "the unknown message to be settled", func() bool { return handled.Load() == 1 })
 		_ = stop()
 		s.expectEmpty(t, q, 200*time.Millisecond)
-		s.expectEmpty(t, q+".dlq", 100*time.Millisecond)
+		s.expectEmpty(t, s.h.DeadLetterQueue(q), 100*time.Millisecond)
 	})
 	t.Run("release", func(t *testing.T) {
 		q := s.h.NewQueue(t)

@@ -43,6 +43,10 @@ type Harness struct {
 	// CheckProjection, when set, checks the native side of a received
 	// delivery against the envelope that was published.
 	CheckProjection func(t *testing.T, d *driver.Delivery, published *core.Envelope)
+	// DeadLetterQueue gives the default dead-letter destination of a queue
+	// (default "<queue>.dlq"); set it when the driver implements
+	// driver.DeadLetterNamer.
+	DeadLetterQueue func(queue string) string
 	// Timeout bounds each wait of the suite (default 30s).
 	Timeout time.Duration
 	// ConsumerOptions are added to every consumer the suite builds (for
@@ -54,6 +58,9 @@ type Harness struct {
 func Run(t *testing.T, h Harness) {
 	if h.Timeout == 0 {
 		h.Timeout = 30 * time.Second
+	}
+	if h.DeadLetterQueue == nil {
+		h.DeadLetterQueue = func(q string) string { return q + ".dlq" }
 	}
 	s := &suite{h: h}
 	t.Run("PublishReceiveProjection", s.publishReceive)

@@ -117,11 +117,29 @@ func WithNativeDeadLetter() ConsumerOption {
 	return func(c *Consumer) { c.deadLetter, c.dlqNative = true, true }
 }
 
-// WithNativeRetry retries by releasing the delivery back to the broker
-// (SQS visibility, Service Bus abandon, Pulsar nack) where the driver counts
-// redeliveries natively, instead of republishing with attempts + 1. Drivers
-// without native counting (Kafka) keep republishing.
-func WithNativeRetry() ConsumerOption { return func(c *Consumer) { c.retryNative = true } }
+// RetryMode says how a failed message is retried.
+type RetryMode int
+
+// The retry modes.
+const (
+	// RetryAuto releases in place where the driver counts redeliveries
+	// natively (SQS, Service Bus, Pulsar, memqueue), as the .NET, Java and
+	// Node peers do, and republishes elsewhere (Kafka). The default.
+	RetryAuto RetryMode = iota
+	// RetryRepublish publishes the envelope with attempts + 1 and then
+	// acknowledges the original, on every broker.
+	RetryRepublish
+	// RetryNative releases the delivery back to the broker with the backoff
+	// delay (SQS visibility, Service Bus abandon, Pulsar nack); the broker's
+	// redelivery count raises attempts. Drivers without native counting
+	// republish instead.
+	RetryNative
+)
+
+// WithRetryMode sets how failed messages are retried (default RetryAuto).
+func WithRetryMode(m RetryMode) ConsumerOption {
+	return func(c *Consumer) { c.retryNative = m != RetryRepublish }
+}
 
 // WithUnknownURN sets the unknown-URN strategy (default UnknownFail).
 func WithUnknownURN(s UnknownURN) ConsumerOption { return func(c *Consumer) { c.unknown = s } }
@@ -184,6 +202,7 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 		rcv: rcv, snd: snd, caps: rcv.Capabilities(),
 		handlers:        map[string]HandlerFunc{},
 		maxAttempts:     3,
+		retryNative:     true,
 		backoff:         Exponential(time.Second, time.Minute),
 		concurrency:     1,
 		batch:           10,
@@ -604,6 +623,9 @@ func (c *Consumer) report(err *SettleError) {
 func (c *Consumer) dlqName(queue string) string {
 	if c.dlqQueue != "" {
 		return c.dlqQueue
+	}
+	if n, ok := c.rcv.(driver.DeadLetterNamer); ok {
+		return n.DeadLetterQueue(queue)
 	}
 	return queue + ".dlq"
 }

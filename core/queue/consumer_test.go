@@ -77,6 +77,7 @@ func (e *env) publish(t *testing.T, data any) *core.Envelope {
 
 func (e *env) consumer(opts ...queue.ConsumerOption) *queue.Consumer {
 	base := []queue.ConsumerOption{
+		queue.WithRetryMode(queue.RetryRepublish),
 		queue.WithBackoff(queue.Constant(5 * time.Millisecond)),
 		queue.WithErrorHandler(func(err error) { e.errs <- err }),
 	}
@@ -281,7 +282,7 @@ func TestNativeRetryReleasesWithDelayAndCountsFromBroker(t *testing.T) {
 	e.publish(t, nil)
 	var mu sync.Mutex
 	var attempts []int
-	c := e.consumer(queue.WithNativeRetry(), queue.WithMaxAttempts(3), queue.WithDeadLetter(""))
+	c := e.consumer(queue.WithRetryMode(queue.RetryNative), queue.WithMaxAttempts(3), queue.WithDeadLetter(""))
 	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
 		attempts = append(attempts, m.Envelope.Attempts)

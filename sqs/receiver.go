@@ -1,0 +1,338 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/babelqueue/transports/core/driver"
+)
+
+// ReceiverAPI is the part of *sqs.Client a Receiver uses.
+type ReceiverAPI interface {
+	ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, opts ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, in *awssqs.DeleteMessageBatchInput, opts ...func(*awssqs.Options)) (*awssqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *awssqs.ChangeMessageVisibilityInput, opts ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *awssqs.ChangeMessageVisibilityBatchInput, opts ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityBatchOutput, error)
+	QueueURLAPI
+}
+
+// WithWaitTime sets the long-polling wait of each ReceiveMessage (default
+// 20s, the SQS maximum).
+func WithWaitTime(d time.Duration) Option { return func(c *config) { c.wait = d } }
+
+// WithVisibilityTimeout sets the visibility timeout requested on receive and
+// renewed by the heartbeat (default 30s).
+func WithVisibilityTimeout(d time.Duration) Option { return func(c *config) { c.visibility = d } }
+
+// WithHeartbeat sets how often the visibility of unsettled messages is
+// extended (default a third of the visibility timeout).
+func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
+
+// WithMaxExtension bounds how long the heartbeat keeps one message invisible
+// (default 1h; SQS allows 12h); after that it is redelivered.
+func WithMaxExtension(d time.Duration) Option { return func(c *config) { c.maxExtension = d } }
+
+// Receiver receives from one queue. It implements driver.Receiver.
+type Receiver struct {
+	api   ReceiverAPI
+	queue string
+	cfg   config
+	urls  *resolver
+	log   *slog.Logger
+
+	mu          sync.Mutex
+	url         string
+	outstanding map[*token]struct{}
+	closed      bool
+
+	ackMu    sync.Mutex
+	ackQueue []*ackReq
+	flushing bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+type token struct {
+	handle   string
+	group    string
+	received time.Time
+}
+
+type ackReq struct {
+	tok  *token
+	done chan error
+}
+
+// NewReceiver returns a Receiver for queue (a name or a URL) and starts its
+// visibility heartbeat; Close stops it.
+func NewReceiver(api ReceiverAPI, queue string, opts ...Option) *Receiver {
+	cfg := config{wait: 20 * time.Second, visibility: 30 * time.Second, maxExtension: time.Hour}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.heartbeat <= 0 {
+		cfg.heartbeat = cfg.visibility / 3
+	}
+	r := &Receiver{
+		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: slog.Default(),
+		outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go r.heartbeatLoop()
+	return r
+}
+
+// Capabilities implements driver.Receiver: a release raises
+// ApproximateReceiveCount, so it serves as a native retry.
+func (r *Receiver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{NativeRetry: true, Delay: true}
+}
+
+func (r *Receiver) queueURL(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	u := r.url
+	r.mu.Unlock()
+	if u != "" {
+		return u, nil
+	}
+	u, err := r.urls.url(ctx, r.queue)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	r.url = u
+	r.mu.Unlock()
+	return u, nil
+}
+
+// Receive implements driver.Receiver with one long-polling ReceiveMessage.
+func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, error) {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, driver.ErrClosed
+	}
+	u, err := r.queueURL(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(u),
+		MaxNumberOfMessages:         int32(min(max(limit, 1), MaxBatch)),
+		WaitTimeSeconds:             int32(min(r.cfg.wait/time.Second, 20)),
+		VisibilityTimeout:           int32(r.cfg.visibility / time.Second),
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("babelqueue/sqs: ReceiveMessage: %w", err)
+	}
+	now := time.Now()
+	ds := make([]*driver.Delivery, 0, len(out.Messages))
+	r.mu.Lock()
+	for _, m := range out.Messages {
+		headers := make(map[string]string, len(m.MessageAttributes))
+		for k, v := range m.MessageAttributes {
+			headers[k] = aws.ToString(v.StringValue)
+		}
+		count, hasCount := m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]
+		sv, hasSV := headers[AttrSchemaVersion]
+		tok := &token{handle: aws.ToString(m.ReceiptHandle), group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], received: now}
+		r.outstanding[tok] = struct{}{}
+		ds = append(ds, &driver.Delivery{
+			Body:        []byte(aws.ToString(m.Body)),
+			Queue:       r.queue,
+			Headers:     headers,
+			Native:      NativeAttempts(count, hasCount),
+			Gate:        Gate(sv, hasSV),
+			OrderingKey: tok.group,
+			Token:       tok,
+		})
+	}
+	r.mu.Unlock()
+	return ds, nil
+}
+
+func (r *Receiver) tokenOf(d *driver.Delivery) (*token, error) {
+	tok, ok := d.Token.(*token)
+	if !ok {
+		return nil, fmt.Errorf("babelqueue/sqs: foreign delivery token %T", d.Token)
+	}
+	r.mu.Lock()
+	delete(r.outstanding, tok) // settled: the heartbeat lets go of it
+	r.mu.Unlock()
+	return tok, nil
+}
+
+// Ack implements driver.Receiver. Concurrent acknowledgements are combined
+// into DeleteMessageBatch requests of up to 10.
+func (r *Receiver) Ack(ctx context.Context, d *driver.Delivery) error {
+	tok, err := r.tokenOf(d)
+	if err != nil {
+		return err
+	}
+	req := &ackReq{tok: tok, done: make(chan error, 1)}
+	r.ackMu.Lock()
+	r.ackQueue = append(r.ackQueue, req)
+	start := !r.flushing
+	r.flushing = true
+	r.ackMu.Unlock()
+	if start {
+		go r.flushAcks()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flushAcks sends queued acknowledgements until none are left; whatever
+// queues up while a request is in flight goes in the next batch.
+func (r *Receiver) flushAcks() {
+	for {
+		r.ackMu.Lock()
+		n := min(len(r.ackQueue), MaxBatch)
+		if n == 0 {
+			r.flushing = false
+			r.ackMu.Unlock()
+			return
+		}
+		batch := r.ackQueue[:n:n]
+		r.ackQueue = r.ackQueue[n:]
+		r.ackMu.Unlock()
+		r.deleteBatch(batch)
+	}
+}
+
+func (r *Receiver) deleteBatch(batch []*ackReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := r.queueURL(ctx)
+	if err == nil {
+		in := &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(u)}
+		for i, a := range batch {
+			in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(a.tok.handle)})
+		}
+		var out *awssqs.DeleteMessageBatchOutput
+		out, err = r.api.DeleteMessageBatch(ctx, in)
+		if err == nil {
+			failed := map[int]error{}
+			for _, f := range out.Failed {
+				if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil {
+					failed[i] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+				}
+			}
+			for i, a := range batch {
+				a.done <- failed[i]
+			}
+			return
+		}
+		err = fmt.Errorf("babelqueue/sqs: DeleteMessageBatch: %w", err)
+	}
+	for _, a := range batch {
+		a.done <- err
+	}
+}
+
+// Release implements driver.Receiver: ChangeMessageVisibility to delay (0:
+// visible at once), after which SQS redelivers it with a higher receive count.
+func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+	tok, err := r.tokenOf(d)
+	if err != nil {
+		return err
+	}
+	u, err := r.queueURL(ctx)
+	if err != nil {
+		return err
+	}
+	secs := int32(min(max(delay, 0).Round(time.Second)/time.Second, 12*60*60))
+	if _, err := r.api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(u), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: secs,
+	}); err != nil {
+		return fmt.Errorf("babelqueue/sqs: ChangeMessageVisibility: %w", err)
+	}
+	return nil
+}
+
+// heartbeatLoop extends the visibility of every unsettled message, from
+// receipt until it is acknowledged or released, so a slow handler (or a
+// message waiting behind one in its group) is not redelivered meanwhile.
+func (r *Receiver) heartbeatLoop() {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.extend()
+		}
+	}
+}
+
+func (r *Receiver) extend() {
+	now := time.Now()
+	r.mu.Lock()
+	var toks []*token
+	for tok := range r.outstanding {
+		if now.Sub(tok.received) < r.cfg.maxExtension {
+			toks = append(toks, tok)
+		}
+	}
+	r.mu.Unlock()
+	if len(toks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.heartbeat)
+	defer cancel()
+	u, err := r.queueURL(ctx)
+	if err != nil {
+		return
+	}
+	for start := 0; start < len(toks); start += MaxBatch {
+		chunk := toks[start:min(start+MaxBatch, len(toks))]
+		in := &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u)}
+		for i, tok := range chunk {
+			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(tok.handle),
+				VisibilityTimeout: int32(r.cfg.visibility / time.Second),
+			})
+		}
+		if _, err := r.api.ChangeMessageVisibilityBatch(ctx, in); err != nil && !errors.Is(err, context.Canceled) {
+			r.log.Warn("babelqueue/sqs: visibility heartbeat failed", slog.String("queue", r.queue), slog.Any("error", err))
+		}
+	}
+}
+
+// Close stops the heartbeat. Unsettled messages become visible again when
+// their visibility timeout runs out.
+func (r *Receiver) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	close(r.stop)
+	<-r.done
+	return nil
+}
+
+// DeadLetterQueue implements driver.DeadLetterNamer.
+func (r *Receiver) DeadLetterQueue(queue string) string { return DeadLetterQueue(queue) }

