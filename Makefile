@@ -2,7 +2,8 @@
 #
 #   make test          unit, integration and conformance tests, -race (Kafka on
 #                      kfake; SQS on the local server if scripts/sqs-server.sh
-#                      installed it, else those tests skip)
+#                      installed it, else those tests skip; Pulsar when
+#                      BQ_PULSAR_URL names a broker, else those tests skip)
 #   make conformance   conformance tests against the project's suite, and
 #                      against CONFORMANCE_DIR too when it is set
 #   make bench         benchmarks of every module, summarised by benchstat
@@ -12,7 +13,7 @@
 #   make demo          the Kafka demo on an embedded kfake cluster
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka sqs
+MODULES     := core conformance kafka sqs pulsar
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools
@@ -58,6 +59,7 @@ fuzz:
 # publish b.N messages ahead, run a fixed count (BENCH_E2E, default 20000x).
 BENCH_E2E ?= 20000x
 BENCH_SQS_E2E ?= 2000x
+BENCH_PULSAR_E2E ?= 5000x
 bench: $(BENCHSTAT)
 	@rm -f bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./core/... | tee -a bench.txt
@@ -65,6 +67,10 @@ bench: $(BENCHSTAT)
 	$(GO) test -run '^$$' -bench 'Produce|Consume' -benchmem -count 3 -benchtime $(BENCH_E2E) ./kafka/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Attributes|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./sqs/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_SQS_E2E) ./sqs/... | tee -a bench.txt
+	$(GO) test -run '^$$' -bench 'Project' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./pulsar/... | tee -a bench.txt
+	@if [ -n "$$BQ_PULSAR_URL" ]; then \
+		$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_PULSAR_E2E) ./pulsar/... | tee -a bench.txt; \
+	else echo "BQ_PULSAR_URL unset: Pulsar end-to-end benchmarks skipped (scripts/pulsar-server.sh start)"; fi
 	$(BENCHSTAT) bench.txt
 
 tidy:

@@ -137,7 +137,13 @@ func (s *Suite) ReportNotShipped(t *testing.T, blocks ...string) {
 	}
 }
 
-func need[T any](t *testing.T, s *Suite, block string, v *T) *T {
+// fatalT is the part of testing.T that need uses.
+type fatalT interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func need[T any](t fatalT, s *Suite, block string, v *T) *T {
 	t.Helper()
 	if v == nil {
 		t.Fatalf("suite %s has no %q block", s.Name, block)

@@ -1,0 +1,126 @@
+package pulsar
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+func benchMessage(b *testing.B, topic string, size int) *driver.Message {
+	env, err := core.New(testURN, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(topic))
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := env.Encode()
+	return &driver.Message{Envelope: env, Body: body, Queue: topic}
+}
+
+func BenchmarkProject(b *testing.B) {
+	m := benchMessage(b, "orders", 1<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = ProducerMessage(m)
+	}
+}
+
+func rate(b *testing.B, n int, start time.Time) {
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkPublish: sync sends one message and waits; async lets the
+// producer batch and waits at the end.
+func BenchmarkPublish(b *testing.B) {
+	for _, size := range []int{256, 1 << 10, 64 << 10} {
+		for _, mode := range []string{"sync", "async"} {
+			b.Run(fmt.Sprintf("size=%d/%s", size, mode), func(b *testing.B) {
+				client := newClient(b)
+				snd := NewSender(client)
+				defer snd.Close()
+				m := benchMessage(b, newTopic(b), size)
+				msgs := []*driver.Message{m}
+				var failed atomic.Int64
+				b.SetBytes(int64(len(m.Body)))
+				b.ReportAllocs()
+				start := time.Now()
+				for b.Loop() {
+					if mode == "sync" {
+						if err := snd.Send(context.Background(), msgs); err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
+					snd.SendAsync(context.Background(), msgs, func(_ int, err error) {
+						if err != nil {
+							failed.Add(1)
+						}
+					})
+				}
+				if err := snd.Flush(context.Background()); err != nil || failed.Load() > 0 {
+					b.Fatalf("flush %v, %d failed", err, failed.Load())
+				}
+				rate(b, b.N, start)
+			})
+		}
+	}
+}
+
+// BenchmarkConsume is publish-ahead, then receive → decode → handle → ack
+// through the runtime on a Shared subscription.
+func BenchmarkConsume(b *testing.B) {
+	for _, size := range []int{256, 1 << 10, 64 << 10} {
+		for _, handlers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("size=%d/handlers=%d", size, handlers), func(b *testing.B) {
+				client := newClient(b)
+				snd := NewSender(client)
+				defer snd.Close()
+				topic := newTopic(b)
+				m := benchMessage(b, topic, size)
+				for range b.N {
+					snd.SendAsync(context.Background(), []*driver.Message{m}, func(int, error) {})
+				}
+				if err := snd.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				r, err := NewReceiver(client, topic, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer r.Close()
+				var handled atomic.Int64
+				done := make(chan struct{})
+				c := queue.NewConsumer(r, snd, queue.WithConcurrency(handlers), queue.WithBatchSize(100))
+				c.Handle(testURN, func(context.Context, *queue.Message) error {
+					if handled.Add(1) == int64(b.N) {
+						close(done)
+					}
+					return nil
+				})
+				ctx, cancel := context.WithCancel(context.Background())
+				errc := make(chan error, 1)
+				b.SetBytes(int64(len(m.Body)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				go func() { errc <- c.Run(ctx) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Minute):
+					b.Fatalf("handled %d of %d", handled.Load(), b.N)
+				}
+				b.StopTimer()
+				rate(b, b.N, start)
+				cancel()
+				if err := <-errc; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}

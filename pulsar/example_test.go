@@ -1,0 +1,46 @@
+package pulsar_test
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/babelqueue/transports/core/queue"
+	bqpulsar "github.com/babelqueue/transports/pulsar"
+)
+
+// Publish to and consume from a Pulsar topic on a Key_Shared subscription,
+// with native retries backed off exponentially.
+func Example() {
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://127.0.0.1:16650"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	snd := bqpulsar.NewSender(client)
+	defer snd.Close()
+	backoff := queue.Exponential(time.Second, time.Minute)
+	rcv, err := bqpulsar.NewReceiver(client, "orders", "billing",
+		bqpulsar.WithSubscriptionType(pulsar.KeyShared),
+		bqpulsar.WithNackBackoff(bqpulsar.NackBackoff(backoff.Delay)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rcv.Close()
+
+	if _, err := queue.NewPublisher(snd).Publish(ctx, "orders", "urn:babel:orders:created",
+		map[string]any{"order_id": 1042}, queue.WithKey("customer-7")); err != nil {
+		log.Fatal(err)
+	}
+	c := queue.NewConsumer(rcv, snd, queue.WithBackoff(backoff), queue.WithDeadLetter(""))
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, m *queue.Message) error {
+		log.Printf("order %s, attempt %d", m.Envelope.Data(), m.Envelope.Attempts)
+		return nil
+	})
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

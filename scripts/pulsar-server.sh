@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Runs a real Apache Pulsar standalone broker (RocksDB metadata store, one
+# embedded bookie, no functions worker, no stream storage) on 127.0.0.1 for
+# the pulsar module's integration tests.
+#
+#   scripts/pulsar-server.sh start   resolve (first time), start, wait until it serves
+#   scripts/pulsar-server.sh stop    stop it and delete its data
+#   scripts/pulsar-server.sh env     print BQ_PULSAR_URL=...
+#
+# Needs Java 17+ and Maven; the broker's jars come from Maven Central
+# (org.apache.pulsar:pulsar-broker:4.2.4) into $BQ_CACHE_DIR/pulsar/libs.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${BQ_CACHE_DIR:-$here/../.cache}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+dir=$cache/pulsar
+port=${BQ_PULSAR_PORT:-16650}
+webport=${BQ_PULSAR_WEB_PORT:-18080}
+pidfile=$dir/broker.pid
+log=$dir/broker.log
+
+resolve() {
+	if [ -f "$dir/libs/.complete" ]; then return; fi
+	mkdir -p "$dir/libs"
+	echo "pulsar-server: resolving org.apache.pulsar:pulsar-broker:4.2.4 from Maven Central" >&2
+	mvn -q -B -f "$here/pulsar/pom.xml" dependency:copy-dependencies \
+		-DoutputDirectory="$dir/libs" -DincludeScope=runtime >&2
+	touch "$dir/libs/.complete"
+}
+
+ready() {
+	curl -fsS "http://127.0.0.1:$webport/admin/v2/brokers/health" >/dev/null 2>&1
+}
+
+start() {
+	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+		echo "pulsar-server: already running (pid $(cat "$pidfile"))" >&2
+		return
+	fi
+	resolve
+	rm -rf "$dir/data"
+	mkdir -p "$dir/data"
+	# The bookie reads its settings from this file too: listeningInterface=lo
+	# keeps its RPC endpoint on loopback.
+	cat >"$dir/standalone.conf" <<CONF
+clusterName=standalone
+brokerServicePort=$port
+webServicePort=$webport
+bindAddress=127.0.0.1
+advertisedAddress=127.0.0.1
+listeningInterface=lo
+allowLoopback=true
+httpServerEnabled=false
+managedLedgerDefaultEnsembleSize=1
+managedLedgerDefaultWriteQuorum=1
+managedLedgerDefaultAckQuorum=1
+allowAutoTopicCreation=true
+allowAutoTopicCreationType=non-partitioned
+brokerDeleteInactiveTopicsEnabled=false
+functionsWorkerEnabled=false
+webSocketServiceEnabled=false
+# test broker: no fsync per journal write (faster tests; not for production)
+journalSyncData=false
+CONF
+	nohup java -Xms256m -Xmx1g -cp "$dir/libs/*" org.apache.pulsar.PulsarStandaloneStarter \
+		--config "$dir/standalone.conf" --no-functions-worker --no-stream-storage \
+		--metadata-dir "$dir/data/metadata" --bookkeeper-dir "$dir/data/bk" \
+		--advertised-address 127.0.0.1 >"$log" 2>&1 &
+	echo $! >"$pidfile"
+	for _ in $(seq 1 180); do
+		if ready; then
+			echo "pulsar-server: broker ready on pulsar://127.0.0.1:$port (pid $(cat "$pidfile"))" >&2
+			return
+		fi
+		if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+			echo "pulsar-server: broker exited; log follows" >&2
+			tail -n 60 "$log" >&2
+			exit 1
+		fi
+		sleep 0.5
+	done
+	echo "pulsar-server: broker not ready after 90s; log follows" >&2
+	tail -n 60 "$log" >&2
+	exit 1
+}
+
+stop() {
+	if [ -f "$pidfile" ]; then
+		local pid
+		pid=$(cat "$pidfile")
+		kill "$pid" 2>/dev/null || true
+		for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+		kill -9 "$pid" 2>/dev/null || true
+		rm -f "$pidfile"
+	fi
+	rm -rf "$dir/data"
+}
+
+case "${1:-}" in
+start) start ;;
+stop) stop ;;
+env) echo "BQ_PULSAR_URL=pulsar://127.0.0.1:$port" ;;
+*) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+esac
