@@ -3,7 +3,9 @@
 #   make test          unit, integration and conformance tests, -race (Kafka on
 #                      kfake; SQS on the local server if scripts/sqs-server.sh
 #                      installed it, else those tests skip; Pulsar when
-#                      BQ_PULSAR_URL names a broker, else those tests skip)
+#                      BQ_PULSAR_URL names a broker, else those tests skip;
+#                      Service Bus on the AMQP test server when Debian's
+#                      python3-qpid-proton is installed, else those skip)
 #   make conformance   conformance tests against the project's suite, and
 #                      against CONFORMANCE_DIR too when it is set
 #   make bench         benchmarks of every module, summarised by benchstat
@@ -13,7 +15,7 @@
 #   make demo          the Kafka demo on an embedded kfake cluster
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka sqs pulsar
+MODULES     := core conformance kafka sqs pulsar azureservicebus
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools

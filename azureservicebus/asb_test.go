@@ -1,0 +1,215 @@
+package azureservicebus
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+const testURN = "urn:babel:asb:test"
+
+func consume(t *testing.T, r *Receiver, snd *Sender, h queue.HandlerFunc, opts ...queue.ConsumerOption) func() error {
+	t.Helper()
+	base := []queue.ConsumerOption{queue.WithLogger(drivertest.TestLogger(t)), queue.WithBackoff(queue.Constant(0))}
+	c := queue.NewConsumer(r, snd, append(base, opts...)...)
+	c.Handle(testURN, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop := func() error { once.Do(func() { cancel(); err = <-done }); return err }
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func publish(t *testing.T, snd *Sender, q string) *core.Envelope {
+	t.Helper()
+	env, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, map[string]any{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Lock renewal keeps a handler that runs for two and a half lock durations
+// in possession of its message: it completes once, DeliveryCount 1.
+func TestLockRenewalKeepsLongHandler(t *testing.T) {
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	publish(t, snd, q)
+	r := newTestReceiver(t, client, q)
+	defer r.Close(context.Background())
+	var runs, attempts atomic.Int32
+	var done atomic.Bool
+	errs := make(chan error, 10)
+	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+		runs.Add(1)
+		attempts.Store(int32(m.Envelope.Attempts))
+		time.Sleep(lockDuration * 5 / 2)
+		done.Store(true)
+		return nil
+	}, queue.WithErrorHandler(func(err error) { errs <- err }))
+	waitUntil(t, 30*time.Second, "the long handler", done.Load)
+	time.Sleep(lockDuration + 500*time.Millisecond) // a lost lock would redeliver by now
+	_ = stop()
+	if runs.Load() != 1 || attempts.Load() != 0 {
+		t.Fatalf("runs %d, attempts %d: the lock was not kept", runs.Load(), attempts.Load())
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("settlement error: %v", err)
+	default:
+	}
+}
+
+// Without renewal the lock expires under a slow handler: its completion is
+// reported as ErrLockLost (never a silent second settlement) and the message
+// comes back with attempts raised.
+func TestLockLossIsReported(t *testing.T) {
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	publish(t, snd, q)
+	r := newTestReceiver(t, client, q, WithLockRenewal(0))
+	defer r.Close(context.Background())
+	var mu sync.Mutex
+	var attempts []int
+	errs := make(chan error, 10)
+	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		attempts = append(attempts, m.Envelope.Attempts)
+		first := len(attempts) == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(lockDuration + time.Second)
+		}
+		return nil
+	}, queue.WithErrorHandler(func(err error) { errs <- err }), queue.WithConcurrency(2))
+	var settleErr error
+	select {
+	case settleErr = <-errs:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no settlement error reported")
+	}
+	var se *queue.SettleError
+	if !errors.As(settleErr, &se) || se.Op != "ack" || !errors.Is(settleErr, ErrLockLost) {
+		t.Fatalf("reported %v, want an ack SettleError wrapping ErrLockLost", settleErr)
+	}
+	waitUntil(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 2 })
+	_ = stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts[1] != 1 {
+		t.Errorf("redelivery at attempts %d, want 1 (DeliveryCount 2)", attempts[1])
+	}
+}
+
+// Native dead-lettering moves the message to the dead-letter sub-queue with
+// its reason and description.
+func TestNativeDeadLetter(t *testing.T) {
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	env := publish(t, snd, q)
+	r := newTestReceiver(t, client, q)
+	defer r.Close(context.Background())
+	var runs atomic.Int32
+	stop := consume(t, r, snd, func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return errors.New("payment declined")
+	}, queue.WithMaxAttempts(2), queue.WithNativeDeadLetter())
+	dlq, err := client.NewReceiverForQueue(q, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ms, err := dlq.ReceiveMessages(ctx, 1, nil)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("dead-letter sub-queue: %v, %d", err, len(ms))
+	}
+	_ = stop()
+	m := ms[0]
+	if m.MessageID != env.Meta.ID || m.DeadLetterReason == nil || *m.DeadLetterReason != "failed" ||
+		m.DeadLetterErrorDescription == nil || *m.DeadLetterErrorDescription != "payment declined" {
+		t.Errorf("dead letter id %s reason %v description %v", m.MessageID, m.DeadLetterReason, m.DeadLetterErrorDescription)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("handler ran %d times, want 2", runs.Load())
+	}
+	_ = dlq.CompleteMessage(ctx, m, nil)
+}
+
+// A batch larger than one AMQP message splits into several MessageBatch
+// sends; a message too large on its own fails alone with ErrTooLarge.
+func TestBatchSplitsAtSizeLimit(t *testing.T) {
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	msg := func(size int) *driver.Message {
+		env, _ := core.New(testURN, map[string]any{"pad": strings.Repeat("x", size)}, core.WithQueue(q))
+		body, _ := env.Encode()
+		return &driver.Message{Envelope: env, Body: body, Queue: q}
+	}
+	var msgs []*driver.Message
+	for range 6 {
+		msgs = append(msgs, msg(100<<10)) // 600 KiB in all
+	}
+	msgs = append(msgs[:3], append([]*driver.Message{msg(300 << 10)}, msgs[3:]...)...)
+	err := snd.Send(context.Background(), msgs)
+	var be *driver.BatchError
+	if !errors.As(err, &be) || !errors.Is(be.Failed(3), ErrTooLarge) {
+		t.Fatalf("err = %v, want message 3 failing with ErrTooLarge", err)
+	}
+	for i := range msgs {
+		if i != 3 && be.Failed(i) != nil {
+			t.Errorf("message %d: %v", i, be.Failed(i))
+		}
+	}
+	r := newTestReceiver(t, client, q)
+	defer r.Close(context.Background())
+	var got atomic.Int32
+	stop := consume(t, r, snd, func(context.Context, *queue.Message) error { got.Add(1); return nil })
+	waitUntil(t, 20*time.Second, "6 messages", func() bool { return got.Load() == 6 })
+	_ = stop()
+}
+
+func TestGateTypes(t *testing.T) {
+	for _, v := range []any{int32(1), int64(1), uint8(1), uint64(1), "1", "", " ", nil} {
+		if err := Gate(v, true); err != nil {
+			t.Errorf("Gate(%T %v) = %v, want decode", v, v, err)
+		}
+	}
+	for _, v := range []any{int32(2), int64(0), float64(1), float32(1), 1.5, "01", true} {
+		if err := Gate(v, true); !errors.Is(err, core.ErrSchemaVersionGate) {
+			t.Errorf("Gate(%T %v) = %v, want reject", v, v, err)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package azureservicebus
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+)
+
+// Application property names of the Service Bus binding.
+const (
+	PropSchemaVersion = "bq-schema-version"
+	PropSourceLang    = "bq-source-lang"
+	PropCreatedAt     = "bq-created-at"
+	// PropDeadLetterReason carries dead_letter.reason on dead-letter copies.
+	PropDeadLetterReason = "bq-dead-letter-reason"
+	// ContentType is the content type of every envelope.
+	ContentType = "application/json"
+)
+
+// MaxMessageSize is the standard tier's message size limit.
+const MaxMessageSize = 256 << 10
+
+// ErrTooLarge reports a message that does not fit the entity's size limit.
+var ErrTooLarge = errors.New("babelqueue/azureservicebus: message exceeds the Service Bus size limit")
+
+func isContract(name string) bool {
+	switch name {
+	case PropSchemaVersion, PropSourceLang, PropCreatedAt, PropDeadLetterReason:
+		return true
+	}
+	return false
+}
+
+// Project builds the Service Bus message for m: the envelope bytes as body,
+// Subject, CorrelationID, MessageID and ContentType, extra headers as string
+// application properties and the contract properties with their native AMQP
+// types (which win a name clash), and ScheduledEnqueueTime for a delay.
+func Project(m *driver.Message, now time.Time) *azservicebus.Message {
+	props := make(map[string]any, len(m.Headers)+4)
+	for k, v := range m.Headers {
+		if !isContract(k) {
+			props[k] = v
+		}
+	}
+	msg := &azservicebus.Message{Body: m.Body, ContentType: ptr(ContentType), ApplicationProperties: props}
+	if e := m.Envelope; e != nil {
+		msg.Subject = ptr(e.URN)
+		msg.CorrelationID = ptr(e.TraceID)
+		if e.Meta.ID != "" {
+			msg.MessageID = ptr(e.Meta.ID)
+		}
+		props[PropSchemaVersion] = int32(e.Meta.SchemaVersion)
+		props[PropSourceLang] = e.Meta.Lang
+		props[PropCreatedAt] = e.Meta.CreatedAt
+	}
+	if dl := m.DeadLetter; dl != nil {
+		props[PropDeadLetterReason] = string(dl.Reason)
+	}
+	if m.Delay > 0 {
+		msg.ScheduledEnqueueTime = ptr(now.Add(m.Delay))
+	}
+	return msg
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// NativeAttempts maps the 1-based DeliveryCount onto attempts (count − 1);
+// a count of 0 or 1 leaves the body's attempts in charge.
+func NativeAttempts(deliveryCount uint32) core.NativeAttempts {
+	return core.NativeAttempts{Count: int(deliveryCount) - 1, Known: true}
+}
+
+// Attempts is the consume-side reconciliation: max(body, DeliveryCount − 1).
+func Attempts(bodyAttempts int, deliveryCount uint32) int {
+	return NativeAttempts(deliveryCount).Reconcile(bodyAttempts)
+}
+
+// Gate applies the schema-version gate to the bq-schema-version application
+// property as the AMQP-decoded Go value: absent or nil decodes; a string goes
+// through the string gate; any integer type decodes only when it is 1; floats
+// (even 1.0) and every other type are rejected.
+func Gate(value any, present bool) error {
+	if !present || value == nil {
+		return nil
+	}
+	var one bool
+	switch v := value.(type) {
+	case string:
+		return core.CheckSchemaVersion(v, true)
+	case int8:
+		one = v == 1
+	case int16:
+		one = v == 1
+	case int32:
+		one = v == 1
+	case int64:
+		one = v == 1
+	case int:
+		one = v == 1
+	case uint8:
+		one = v == 1
+	case uint16:
+		one = v == 1
+	case uint32:
+		one = v == 1
+	case uint64:
+		one = v == 1
+	case uint:
+		one = v == 1
+	}
+	if one {
+		return nil
+	}
+	return &core.DecodeError{Pointer: PropSchemaVersion, Detail: fmt.Sprintf("%T(%v)", value, value), Err: core.ErrSchemaVersionGate}
+}
+
+// headers renders application properties as strings for the runtime.
+func headers(props map[string]any) map[string]string {
+	out := make(map[string]string, len(props))
+	for k, v := range props {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		} else {
+			out[k] = fmt.Sprint(v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,278 @@
+package azureservicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+)
+
+// ErrLockLost reports a settlement of a message whose peek-lock was lost (it
+// expired, or renewing it failed): the message was, or will be, delivered
+// again, and this delivery must not be settled.
+var ErrLockLost = errors.New("babelqueue/azureservicebus: message lock lost")
+
+// Option configures a Receiver.
+type Option func(*config)
+
+type config struct {
+	topic, subscription string
+	renewEvery          time.Duration
+	maxRenewal          time.Duration
+	pollWait            time.Duration
+	logger              *slog.Logger
+}
+
+// WithSubscription receives from a topic subscription instead of a queue;
+// the queue argument of NewReceiver then names the topic the runtime sends
+// retry copies and dead letters relative to.
+func WithSubscription(topic, subscription string) Option {
+	return func(c *config) { c.topic, c.subscription = topic, subscription }
+}
+
+// WithLockRenewal sets how often the locks of unsettled messages are checked
+// and renewed when they would expire before the next check (default 10s);
+// 0 disables renewal.
+func WithLockRenewal(every time.Duration) Option { return func(c *config) { c.renewEvery = every } }
+
+// WithMaxLockRenewal bounds how long one message's lock is renewed
+// (default 1h); after that the lock expires and the message is redelivered.
+func WithMaxLockRenewal(d time.Duration) Option { return func(c *config) { c.maxRenewal = d } }
+
+// WithPollWait bounds how long one Receive waits for a first message
+// (default 1s).
+func WithPollWait(d time.Duration) Option { return func(c *config) { c.pollWait = d } }
+
+// WithLogger logs lock-renewal problems to l (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// Receiver receives in peek-lock mode from a queue or subscription. It
+// implements driver.Receiver and driver.DeadLetterer.
+type Receiver struct {
+	rcv   *azservicebus.Receiver
+	queue string
+	cfg   config
+
+	mu          sync.Mutex
+	outstanding map[*token]struct{}
+	closed      bool
+	stop, done  chan struct{}
+}
+
+type token struct {
+	msg      *azservicebus.ReceivedMessage
+	received time.Time
+	lost     error // set when renewing failed: the lock is gone
+}
+
+// NewReceiver opens a peek-lock receiver on queue (or, with WithSubscription,
+// on a topic subscription) and starts renewing locks.
+func NewReceiver(client *azservicebus.Client, queue string, opts ...Option) (*Receiver, error) {
+	cfg := config{renewEvery: 10 * time.Second, maxRenewal: time.Hour, pollWait: time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	ro := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
+	var (
+		rcv *azservicebus.Receiver
+		err error
+	)
+	if cfg.subscription != "" {
+		rcv, err = client.NewReceiverForSubscription(cfg.topic, cfg.subscription, ro)
+	} else {
+		rcv, err = client.NewReceiverForQueue(queue, ro)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("babelqueue/azureservicebus: receiver for %s: %w", queue, err)
+	}
+	r := &Receiver{rcv: rcv, queue: queue, cfg: cfg, outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go r.renewLoop()
+	return r, nil
+}
+
+// Capabilities implements driver.Receiver: an abandon raises DeliveryCount,
+// and dead-lettering is native.
+func (r *Receiver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{NativeRetry: true, NativeDeadLetter: true}
+}
+
+// Receive implements driver.Receiver.
+func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, driver.ErrClosed
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait)
+	msgs, err := r.rcv.ReceiveMessages(pctx, max, nil)
+	cancel()
+	if err != nil && len(msgs) == 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("babelqueue/azureservicebus: receive from %s: %w", r.queue, err)
+	}
+	now := time.Now()
+	ds := make([]*driver.Delivery, 0, len(msgs))
+	r.mu.Lock()
+	for _, m := range msgs {
+		tok := &token{msg: m, received: now}
+		r.outstanding[tok] = struct{}{}
+		sv, hasSV := m.ApplicationProperties[PropSchemaVersion]
+		ds = append(ds, &driver.Delivery{
+			Body:    m.Body,
+			Queue:   r.queue,
+			Headers: headers(m.ApplicationProperties),
+			Native:  NativeAttempts(m.DeliveryCount),
+			Gate:    Gate(sv, hasSV),
+			Token:   tok,
+		})
+	}
+	r.mu.Unlock()
+	return ds, nil
+}
+
+// take removes d from the renewal set and returns its token, or the lock-lost
+// error when renewing it had failed.
+func (r *Receiver) take(d *driver.Delivery) (*token, error) {
+	tok, ok := d.Token.(*token)
+	if !ok {
+		return nil, fmt.Errorf("babelqueue/azureservicebus: foreign delivery token %T", d.Token)
+	}
+	r.mu.Lock()
+	delete(r.outstanding, tok)
+	lost := tok.lost
+	r.mu.Unlock()
+	if lost != nil {
+		return nil, lost
+	}
+	return tok, nil
+}
+
+func settleErr(op string, err error) error {
+	var sbErr *azservicebus.Error
+	if errors.As(err, &sbErr) && sbErr.Code == azservicebus.CodeLockLost {
+		return fmt.Errorf("%w: %s: %v", ErrLockLost, op, err)
+	}
+	return fmt.Errorf("babelqueue/azureservicebus: %s: %w", op, err)
+}
+
+// Ack implements driver.Receiver with CompleteMessage.
+func (r *Receiver) Ack(ctx context.Context, d *driver.Delivery) error {
+	tok, err := r.take(d)
+	if err != nil {
+		return err
+	}
+	if err := r.rcv.CompleteMessage(ctx, tok.msg, nil); err != nil {
+		return settleErr("complete", err)
+	}
+	return nil
+}
+
+// Release implements driver.Receiver with AbandonMessage: Service Bus
+// redelivers the message at once with DeliveryCount + 1 (an abandon cannot
+// be delayed).
+func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, _ time.Duration) error {
+	tok, err := r.take(d)
+	if err != nil {
+		return err
+	}
+	if err := r.rcv.AbandonMessage(ctx, tok.msg, nil); err != nil {
+		return settleErr("abandon", err)
+	}
+	return nil
+}
+
+// DeadLetter implements driver.DeadLetterer: the message moves to the
+// entity's dead-letter sub-queue with DeadLetterReason = the reason and
+// DeadLetterErrorDescription = the error.
+func (r *Receiver) DeadLetter(ctx context.Context, d *driver.Delivery, dl core.DeadLetter) error {
+	tok, err := r.take(d)
+	if err != nil {
+		return err
+	}
+	opts := &azservicebus.DeadLetterOptions{Reason: ptr(string(dl.Reason))}
+	if dl.Error != "" {
+		opts.ErrorDescription = ptr(dl.Error)
+	}
+	if err := r.rcv.DeadLetterMessage(ctx, tok.msg, opts); err != nil {
+		return settleErr("dead-letter", err)
+	}
+	return nil
+}
+
+// renewLoop renews the lock of every unsettled message that would expire
+// before the next round, from receipt until settlement.
+func (r *Receiver) renewLoop() {
+	defer close(r.done)
+	if r.cfg.renewEvery <= 0 {
+		<-r.stop
+		return
+	}
+	t := time.NewTicker(r.cfg.renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.renew()
+		}
+	}
+}
+
+func (r *Receiver) renew() {
+	now := time.Now()
+	r.mu.Lock()
+	var due []*token
+	for tok := range r.outstanding {
+		until := tok.msg.LockedUntil
+		if tok.lost == nil && now.Sub(tok.received) < r.cfg.maxRenewal && (until == nil || until.Sub(now) < 2*r.cfg.renewEvery) {
+			due = append(due, tok)
+		}
+	}
+	r.mu.Unlock()
+	for _, tok := range due {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.renewEvery)
+		err := r.rcv.RenewMessageLock(ctx, tok.msg, nil)
+		cancel()
+		if err == nil {
+			continue
+		}
+		lost := settleErr("renew lock", err)
+		r.mu.Lock()
+		if _, still := r.outstanding[tok]; still && errors.Is(lost, ErrLockLost) {
+			tok.lost = lost // the next settlement reports it instead of settling twice
+		}
+		r.mu.Unlock()
+		r.cfg.logger.Warn("babelqueue/azureservicebus: lock renewal failed", slog.String("queue", r.queue), slog.Any("error", err))
+	}
+}
+
+// Close stops lock renewal and closes the receiver; unsettled messages come
+// back when their locks expire.
+func (r *Receiver) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	close(r.stop)
+	<-r.done
+	return r.rcv.Close(ctx)
+}

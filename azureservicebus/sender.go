@@ -1,0 +1,162 @@
+package azureservicebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/babelqueue/transports/core/driver"
+)
+
+// Sender publishes envelopes through one azservicebus.Sender per queue or
+// topic, created on first use and cached. It implements driver.Sender.
+type Sender struct {
+	client *azservicebus.Client
+	now    func() time.Time
+
+	mu      sync.Mutex
+	senders map[string]*azservicebus.Sender
+	closed  bool
+}
+
+// NewSender returns a Sender on client, which the caller keeps ownership of.
+// Connect with azservicebus.NewClientFromConnectionString (the emulator's
+// connection strings carry UseDevelopmentEmulator=true) or with
+// azservicebus.NewClient and an azcore.TokenCredential.
+func NewSender(client *azservicebus.Client) *Sender {
+	return &Sender{client: client, now: time.Now, senders: map[string]*azservicebus.Sender{}}
+}
+
+func (s *Sender) sender(queue string) (*azservicebus.Sender, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, driver.ErrClosed
+	}
+	if snd, ok := s.senders[queue]; ok {
+		return snd, nil
+	}
+	snd, err := s.client.NewSender(queue, nil)
+	if err != nil {
+		return nil, fmt.Errorf("babelqueue/azureservicebus: sender for %s: %w", queue, err)
+	}
+	s.senders[queue] = snd
+	return snd, nil
+}
+
+// Send publishes msgs: one SendMessage for a single message, otherwise
+// MessageBatch batches split at the entity's size limit. A message too large
+// on its own fails with ErrTooLarge; a partial failure returns a
+// *driver.BatchError.
+func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
+	errs := make([]error, len(msgs))
+	byQueue := map[string][]int{}
+	var order []string
+	for i, m := range msgs {
+		if _, ok := byQueue[m.Queue]; !ok {
+			order = append(order, m.Queue)
+		}
+		byQueue[m.Queue] = append(byQueue[m.Queue], i)
+	}
+	for _, q := range order {
+		idx := byQueue[q]
+		snd, err := s.sender(q)
+		if err != nil {
+			for _, i := range idx {
+				errs[i] = err
+			}
+			continue
+		}
+		if len(idx) == 1 {
+			errs[idx[0]] = s.sendOne(ctx, snd, msgs[idx[0]])
+			continue
+		}
+		s.sendBatches(ctx, snd, msgs, idx, errs)
+	}
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case len(msgs) == 1:
+		return errs[0]
+	default:
+		return &driver.BatchError{Errors: errs}
+	}
+}
+
+func (s *Sender) sendOne(ctx context.Context, snd *azservicebus.Sender, m *driver.Message) error {
+	if err := snd.SendMessage(ctx, Project(m, s.now()), nil); err != nil {
+		if errors.Is(err, azservicebus.ErrMessageTooLarge) {
+			return fmt.Errorf("%w: %d bytes to %s", ErrTooLarge, len(m.Body), m.Queue)
+		}
+		return fmt.Errorf("babelqueue/azureservicebus: sending to %s: %w", m.Queue, err)
+	}
+	return nil
+}
+
+func (s *Sender) sendBatches(ctx context.Context, snd *azservicebus.Sender, msgs []*driver.Message, idx []int, errs []error) {
+	var (
+		batch   *azservicebus.MessageBatch
+		members []int
+	)
+	flush := func() {
+		if batch == nil || batch.NumMessages() == 0 {
+			return
+		}
+		if err := snd.SendMessageBatch(ctx, batch, nil); err != nil {
+			for _, i := range members {
+				errs[i] = fmt.Errorf("babelqueue/azureservicebus: sending a batch to %s: %w", msgs[i].Queue, err)
+			}
+		}
+		batch, members = nil, nil
+	}
+	for _, i := range idx {
+		for attempt := 0; ; attempt++ {
+			if batch == nil {
+				b, err := snd.NewMessageBatch(ctx, nil)
+				if err != nil {
+					errs[i] = fmt.Errorf("babelqueue/azureservicebus: new batch: %w", err)
+					break
+				}
+				batch = b
+			}
+			err := batch.AddMessage(Project(msgs[i], s.now()), nil)
+			if err == nil {
+				members = append(members, i)
+				break
+			}
+			if !errors.Is(err, azservicebus.ErrMessageTooLarge) {
+				errs[i] = fmt.Errorf("babelqueue/azureservicebus: batching: %w", err)
+				break
+			}
+			if batch.NumMessages() == 0 || attempt > 0 { // too large on its own
+				errs[i] = fmt.Errorf("%w: %d bytes to %s", ErrTooLarge, len(msgs[i].Body), msgs[i].Queue)
+				break
+			}
+			flush() // full: send it and start a new one
+		}
+	}
+	flush()
+}
+
+// Close closes every cached sender.
+func (s *Sender) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	ss := s.senders
+	s.senders = map[string]*azservicebus.Sender{}
+	s.mu.Unlock()
+	var errs []error
+	for _, snd := range ss {
+		errs = append(errs, snd.Close(ctx))
+	}
+	return errors.Join(errs...)
+}

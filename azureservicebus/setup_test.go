@@ -1,0 +1,148 @@
+package azureservicebus
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+)
+
+// EnvConnectionString names the environment variable with the connection
+// string of a real namespace or of the official emulator. Without it the
+// tests run against testserver/sbserver.py, an AMQP 1.0 server on Debian's
+// python3-qpid-proton, started here on a free 127.0.0.1 port.
+const EnvConnectionString = "BQ_ASB_CONNECTION_STRING"
+
+// lockDuration is the peek-lock duration of the test queues: 2s on the
+// test server, 5s (the minimum) on a real namespace.
+var lockDuration = 2 * time.Second
+
+var (
+	connString string
+	server     string
+	skipWhy    string
+	queueNo    atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	if cs := os.Getenv(EnvConnectionString); cs != "" {
+		connString, server = cs, "the namespace of "+EnvConnectionString
+		lockDuration = 5 * time.Second
+		os.Exit(m.Run())
+	}
+	stop, err := startTestServer()
+	if err != nil {
+		skipWhy = err.Error() + " (install Debian's python3-qpid-proton, or set " + EnvConnectionString + ")"
+		os.Exit(m.Run())
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func startTestServer() (func(), error) {
+	python := "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import proton").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("no AMQP test server: %s cannot import proton: %s", python, strings.TrimSpace(string(out)))
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(python, "testserver/sbserver.py", "--port", fmt.Sprint(port), "--lock-duration", fmt.Sprint(lockDuration.Seconds()))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("the AMQP test server did not start")
+	}
+	connString = fmt.Sprintf("Endpoint=sb://127.0.0.1:%d;SharedAccessKeyName=test;SharedAccessKey=test;UseDevelopmentEmulator=true", port)
+	server = fmt.Sprintf("testserver/sbserver.py on 127.0.0.1:%d", port)
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+func needServer(t testing.TB) {
+	t.Helper()
+	if connString == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must not skip the Service Bus integration tests: %s", skipWhy)
+		}
+		t.Skip(skipWhy)
+	}
+}
+
+func newClient(t testing.TB) *azservicebus.Client {
+	t.Helper()
+	needServer(t)
+	c, err := azservicebus.NewClientFromConnectionString(connString, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(t.Context()) })
+	return c
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
+
+// newQueue names a fresh queue. The test server creates queues on first
+// use; on a real namespace the queue and its .dlq are created through the
+// administration client (and deleted after the test).
+func newQueue(t testing.TB) string {
+	name := fmt.Sprintf("bq-%s-%d", unsafeName.ReplaceAllString(t.Name(), "_"), queueNo.Add(1))
+	if len(name) > 100 {
+		name = name[len(name)-100:]
+	}
+	if os.Getenv(EnvConnectionString) != "" {
+		adm, err := admin.NewClientFromConnectionString(connString, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{name, name + ".dlq"} {
+			if _, err := adm.CreateQueue(context.Background(), q, &admin.CreateQueueOptions{
+				Properties: &admin.QueueProperties{LockDuration: ptr("PT5S")},
+			}); err != nil {
+				t.Fatalf("create queue %s: %v", q, err)
+			}
+			t.Cleanup(func() { _, _ = adm.DeleteQueue(context.Background(), q, nil) })
+		}
+	}
+	return name
+}
+
+func newTestReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...Option) *Receiver {
+	t.Helper()
+	r, err := NewReceiver(client, q, append([]Option{WithLockRenewal(500 * time.Millisecond), WithPollWait(500 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

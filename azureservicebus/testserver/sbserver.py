@@ -1,0 +1,364 @@
+#!/usr/bin/python3
+"""A small AMQP 1.0 server that speaks enough of Azure Service Bus for the
+azservicebus Go client, for the azureservicebus module's integration tests.
+
+It is a test double of the protocol, not a broker: one process, in-memory
+queues created on first use, and only what the transport uses:
+
+- SASL ANONYMOUS and claims-based authorisation: put-token requests on $cbs are
+  answered with status-code 202;
+- queues with peek-lock delivery: each delivery's tag is its 16-byte lock
+  token, the header's delivery-count is the number of earlier failed
+  deliveries (the client adds one), annotations x-opt-locked-until,
+  x-opt-sequence-number and x-opt-enqueued-time;
+- settlement: accepted completes, modified (abandon) raises the delivery count,
+  released returns the message untouched, rejected with
+  com.microsoft:dead-letter moves it to "<queue>/$DeadLetterQueue" with its
+  DeadLetterReason and DeadLetterErrorDescription;
+- lock expiry after --lock-duration: the message comes back with the delivery
+  count raised, and a later settlement or renewal of the old lock fails with
+  com.microsoft:message-lock-lost (status 410 on $management);
+- $management: com.microsoft:renew-lock;
+- scheduled messages (x-opt-scheduled-enqueue-time).
+
+Usage: sbserver.py --port PORT [--lock-duration SECONDS]. It listens on
+127.0.0.1 only and prints "ready" when it accepts connections.
+"""
+
+import argparse
+import secrets
+import sys
+import time
+import uuid
+
+from proton import Array, Condition, Data, Delivery, Message, UNDESCRIBED, int32, symbol, timestamp
+from proton import Described
+from proton.handlers import IncomingMessageHandler, MessagingHandler
+from proton.reactor import Container
+
+DEAD_LETTER = "com.microsoft:dead-letter"
+LOCK_LOST = "com.microsoft:message-lock-lost"
+DLQ_SUFFIX = "/$DeadLetterQueue"
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+class Entry:
+    def __init__(self, msg, seq):
+        self.msg = msg
+        self.seq = seq
+        self.enqueued = now_ms()
+        self.visible_at = self.enqueued
+        self.failed_deliveries = 0
+        self.tag = None  # current lock token while locked
+        self.locked_until = 0
+
+    def scheduled(self):
+        ann = self.msg.annotations or {}
+        t = ann.get(symbol("x-opt-scheduled-enqueue-time"))
+        if t is not None:
+            self.visible_at = max(self.visible_at, int(t))
+
+
+def sections(raw):
+    """The top-level described values of an encoded message, in order."""
+    data, out, offset = Data(), [], 0
+    while offset < len(raw):
+        data.clear()
+        n = data.decode(raw[offset:])
+        if n <= 0:
+            break
+        offset += n
+        data.rewind()
+        data.next()
+        out.append(data.get_object())
+    return out
+
+
+def looks_like_message(b):
+    # an encoded message starts with a described section, 0x00 0x53 0x70..0x78
+    return len(b) > 3 and b[0] == 0x00 and b[1] == 0x53 and 0x70 <= b[2] <= 0x78
+
+
+def split_batch(raw):
+    """Service Bus batches are one message whose data sections (0x75) each
+    hold an encoded message; anything else is one message."""
+    try:
+        datas = [bytes(v.value) for v in sections(raw)
+                 if isinstance(v, Described) and v.descriptor == 0x75]
+    except Exception:
+        datas = []
+    if datas and (len(datas) > 1 or looks_like_message(datas[0])) and all(map(looks_like_message, datas)):
+        out = []
+        for b in datas:
+            m = Message()
+            m.decode(b)
+            out.append(m)
+        return out
+    m = Message()
+    m.decode(raw)
+    return [m]
+
+
+class Server(MessagingHandler):
+    def __init__(self, port, lock_ms):
+        super().__init__(prefetch=100, auto_accept=False, auto_settle=True)
+        # Incoming transfers are read raw here (on_delivery) so that a batch
+        # (one AMQP message whose data sections are encoded messages) can be
+        # split; proton's own handler would decode only one body section.
+        self.handlers = [h for h in self.handlers if not isinstance(h, IncomingMessageHandler)]
+        self.port = port
+        self.lock_ms = lock_ms
+        self.queues = {}  # name -> [Entry]
+        self.consumers = {}  # name -> [link]
+        self.reply_links = {}  # reply-to address -> link
+        self.locked = {}  # tag -> (queue name, Entry)
+        self.seq = 0
+
+    # -- wiring -------------------------------------------------------------
+
+    def on_start(self, event):
+        event.container.listen("127.0.0.1:%d" % self.port)
+        event.container.schedule(0.05, self)
+        print("ready", flush=True)
+
+    def on_timer_task(self, event):
+        self.expire_locks()
+        for name in list(self.consumers):
+            self.pump(name)
+        event.container.schedule(0.05, self)
+
+    def on_link_opening(self, event):
+        link = event.link
+        # Agree to the settlement modes the client asks for (RPC links want
+        # pre-settled replies; peek-lock wants receiver-settle-mode second).
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
+        if link.is_sender:
+            address = link.remote_source.address
+            link.source.address = address
+            link.target.address = link.remote_target.address
+            if address == "$cbs" or address.endswith("$management"):
+                self.reply_links[link.remote_target.address] = link
+            else:
+                self.consumers.setdefault(address, []).append(link)
+        else:
+            link.target.address = link.remote_target.address
+            link.source.address = link.remote_source.address
+            link.max_message_size = 256 * 1024
+
+    def on_link_closing(self, event):
+        self.forget(event.link)
+
+    def on_disconnected(self, event):
+        if event.connection is not None:
+            link = event.connection.link_head(0)
+            while link:
+                self.forget(link)
+                link = link.next(0)
+
+    def forget(self, link):
+        for links in self.consumers.values():
+            if link in links:
+                links.remove(link)
+        for address, l in list(self.reply_links.items()):
+            if l is link:
+                del self.reply_links[address]
+
+    def on_sendable(self, event):
+        address = event.link.source.address
+        if address in self.consumers:
+            self.pump(address)
+
+    # -- incoming messages --------------------------------------------------
+
+    def on_delivery(self, event):
+        d = event.delivery
+        if not d.link.is_receiver or not d.readable or d.partial:
+            return
+        raw = d.link.recv(d.pending)
+        d.link.advance()
+        address = d.link.target.address
+        if address == "$cbs" or address.endswith("$management"):
+            msg = Message()
+            msg.decode(raw)
+            if address == "$cbs":
+                self.reply(msg, 202, "Accepted")
+            else:
+                self.management(address, msg)
+        else:
+            for msg in split_batch(raw):
+                self.enqueue(address, msg)
+        d.update(Delivery.ACCEPTED)
+        d.settle()
+
+    def enqueue(self, name, msg):
+        self.seq += 1
+        e = Entry(msg, self.seq)
+        e.scheduled()
+        self.queues.setdefault(name, []).append(e)
+        self.pump(name)
+
+    def reply(self, request, code, description, body=None):
+        link = self.reply_links.get(request.reply_to)
+        if link is None:
+            return
+        resp = Message(body=body, correlation_id=request.id,
+                       properties={"status-code": int32(code), "statusDescription": description})
+        link.send(resp)
+
+    def management(self, address, msg):
+        op = (msg.properties or {}).get("operation")
+        if op == "com.microsoft:renew-lock":
+            tokens = (msg.body or {}).get("lock-tokens") or []
+            tokens = getattr(tokens, "elements", tokens)
+            expirations = []
+            for t in tokens:
+                # The client reads the delivery tag as a .NET GUID, so the
+                # token's mixed-endian bytes are the tag.
+                raw = t.bytes_le if isinstance(t, uuid.UUID) else bytes(t)
+                hit = self.locked.get(raw.decode("ascii", "replace"))
+                if hit is None:
+                    self.reply(msg, 410, "The lock supplied is invalid: it expired or the message was settled. " + LOCK_LOST)
+                    return
+                e = hit[1]
+                e.locked_until = now_ms() + self.lock_ms
+                expirations.append(timestamp(e.locked_until))
+            body = {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *expirations)}
+            self.reply(msg, 200, "OK", body)
+        else:
+            self.reply(msg, 501, "operation %r is not implemented by this test server" % op)
+
+    # -- delivery -----------------------------------------------------------
+
+    def pump(self, name):
+        links = [l for l in self.consumers.get(name, []) if l.state & l.LOCAL_ACTIVE]
+        if not links:
+            return
+        t = now_ms()
+        for e in self.queues.get(name, []):
+            if e.tag is not None or e.visible_at > t:
+                continue
+            link = next((l for l in links if l.credit > 0), None)
+            if link is None:
+                return
+            self.deliver(name, e, link)
+
+    def deliver(self, name, e, link):
+        # 16 ASCII characters: exactly the 16 bytes the client turns into the
+        # lock token (proton's binding takes delivery tags as str).
+        tag = secrets.token_hex(8)
+        e.tag = tag
+        e.locked_until = now_ms() + self.lock_ms
+        self.locked[tag] = (name, e)
+        msg = e.msg
+        ann = dict(msg.annotations or {})
+        ann[symbol("x-opt-locked-until")] = timestamp(e.locked_until)
+        ann[symbol("x-opt-sequence-number")] = e.seq
+        ann[symbol("x-opt-enqueued-time")] = timestamp(e.enqueued)
+        msg.annotations = ann
+        msg.delivery_count = e.failed_deliveries
+        link.send(msg, tag=tag)
+
+    def unlock(self, tag):
+        if isinstance(tag, bytes):
+            tag = tag.decode("ascii", "replace")
+        hit = self.locked.pop(tag, None)
+        if hit is None:
+            return None, None
+        name, e = hit
+        e.tag = None
+        return name, e
+
+    def expire_locks(self):
+        t = now_ms()
+        for tag, (name, e) in list(self.locked.items()):
+            if e.locked_until < t:
+                self.unlock(tag)
+                e.failed_deliveries += 1
+
+    def lock_lost(self, delivery):
+        delivery.local.condition = Condition(symbol(LOCK_LOST), "The lock supplied is invalid: it expired or the message was settled.")
+        delivery.update(Delivery.REJECTED)
+
+    def on_accepted(self, event):
+        self.settled(self.complete, event)
+
+    def on_rejected(self, event):
+        self.settled(self.reject, event)
+
+    def on_released(self, event):
+        self.settled(self.release, event)
+
+    def settled(self, outcome, event):
+        # In receiver-settle-mode second the client waits for our settlement
+        # (proton's auto_settle only settles what the peer settled first).
+        try:
+            outcome(event)
+        finally:
+            event.delivery.settle()
+
+    def complete(self, event):
+        name, e = self.unlock(event.delivery.tag)
+        if e is None:
+            self.lock_lost(event.delivery)
+            return
+        self.queues[name].remove(e)
+
+    def reject(self, event):
+        d = event.delivery
+        name, e = self.unlock(d.tag)
+        if e is None:
+            self.lock_lost(d)
+            return
+        cond = d.remote.condition
+        if cond is not None and str(cond.name) == DEAD_LETTER:
+            self.queues[name].remove(e)
+            info = cond.info or {}
+            props = dict(e.msg.properties or {})
+            for key in ("DeadLetterReason", "DeadLetterErrorDescription"):
+                value = info.get(symbol(key), info.get(key))
+                if value is not None:
+                    props[key] = str(value)
+            e.msg.properties = props
+            e.failed_deliveries += 1
+            self.enqueue(name + DLQ_SUFFIX, e.msg)
+        else:
+            e.failed_deliveries += 1
+        self.pump(name)
+
+    def release(self, event):
+        d = event.delivery
+        name, e = self.unlock(d.tag)
+        if e is None:
+            self.lock_lost(d)
+            return
+        if d.remote_state == Delivery.MODIFIED:
+            # Service Bus counts an abandon (modified) as a failed delivery,
+            # whatever its delivery-failed flag; a release does not count.
+            e.failed_deliveries += 1
+            if d.remote.annotations:
+                props = dict(e.msg.properties or {})
+                props.update({str(k): v for k, v in d.remote.annotations.items()})
+                e.msg.properties = props
+        self.pump(name)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--lock-duration", type=float, default=30.0, help="seconds")
+    args = p.parse_args()
+    c = Container(Server(args.port, int(args.lock_duration * 1000)))
+    c.allowed_mechs = "ANONYMOUS"
+    c.sasl_enabled = True
+    try:
+        c.run()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
