@@ -18,21 +18,6 @@ import (
 
 const testURN = "urn:babel:asb:test"
 
-func consume(t *testing.T, r *Receiver, snd *Sender, h queue.HandlerFunc, opts ...queue.ConsumerOption) func() error {
-	t.Helper()
-	base := []queue.ConsumerOption{queue.WithLogger(drivertest.TestLogger(t)), queue.WithBackoff(queue.Constant(0))}
-	c := queue.NewConsumer(r, snd, append(base, opts...)...)
-	c.Handle(testURN, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop := func() error { once.Do(func() { cancel(); err = <-done }); return err }
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
 func publish(t *testing.T, snd *Sender, q string) *core.Envelope {
 	t.Helper()
 	env, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, map[string]any{"n": 1})
@@ -40,17 +25,6 @@ func publish(t *testing.T, snd *Sender, q string) *core.Envelope {
 		t.Fatal(err)
 	}
 	return env
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // Lock renewal keeps a handler that runs for two and a half lock durations
@@ -66,14 +40,14 @@ func TestLockRenewalKeepsLongHandler(t *testing.T) {
 	var runs, attempts atomic.Int32
 	var done atomic.Bool
 	errs := make(chan error, 10)
-	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		runs.Add(1)
 		attempts.Store(int32(m.Envelope.Attempts))
 		time.Sleep(lockDuration * 5 / 2)
 		done.Store(true)
 		return nil
 	}, queue.WithErrorHandler(func(err error) { errs <- err }))
-	waitUntil(t, 30*time.Second, "the long handler", done.Load)
+	drivertest.WaitUntil(t, 30*time.Second, "the long handler", done.Load)
 	time.Sleep(lockDuration + 500*time.Millisecond) // a lost lock would redeliver by now
 	_ = stop()
 	if runs.Load() != 1 || attempts.Load() != 0 {
@@ -100,7 +74,7 @@ func TestLockLossIsReported(t *testing.T) {
 	var mu sync.Mutex
 	var attempts []int
 	errs := make(chan error, 10)
-	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
 		attempts = append(attempts, m.Envelope.Attempts)
 		first := len(attempts) == 1
@@ -120,7 +94,7 @@ func TestLockLossIsReported(t *testing.T) {
 	if !errors.As(settleErr, &se) || se.Op != "ack" || !errors.Is(settleErr, ErrLockLost) {
 		t.Fatalf("reported %v, want an ack SettleError wrapping ErrLockLost", settleErr)
 	}
-	waitUntil(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 2 })
+	drivertest.WaitUntil(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 2 })
 	_ = stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -140,7 +114,7 @@ func TestNativeDeadLetter(t *testing.T) {
 	r := newTestReceiver(t, client, q)
 	defer r.Close(context.Background())
 	var runs atomic.Int32
-	stop := consume(t, r, snd, func(context.Context, *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
 		runs.Add(1)
 		return errors.New("payment declined")
 	}, queue.WithMaxAttempts(2), queue.WithNativeDeadLetter())
@@ -196,8 +170,8 @@ func TestBatchSplitsAtSizeLimit(t *testing.T) {
 	r := newTestReceiver(t, client, q)
 	defer r.Close(context.Background())
 	var got atomic.Int32
-	stop := consume(t, r, snd, func(context.Context, *queue.Message) error { got.Add(1); return nil })
-	waitUntil(t, 20*time.Second, "6 messages", func() bool { return got.Load() == 6 })
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error { got.Add(1); return nil })
+	drivertest.WaitUntil(t, 20*time.Second, "6 messages", func() bool { return got.Load() == 6 })
 	_ = stop()
 }
 

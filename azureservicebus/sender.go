@@ -76,20 +76,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 		}
 		s.sendBatches(ctx, snd, msgs, idx, errs)
 	}
-	failed := 0
-	for _, err := range errs {
-		if err != nil {
-			failed++
-		}
-	}
-	switch {
-	case failed == 0:
-		return nil
-	case len(msgs) == 1:
-		return errs[0]
-	default:
-		return &driver.BatchError{Errors: errs}
-	}
+	return driver.SendResult(errs)
 }
 
 func (s *Sender) sendOne(ctx context.Context, snd *azservicebus.Sender, m *driver.Message) error {

@@ -49,17 +49,6 @@ func indexOfMessage(t *testing.T, m *queue.Message) int {
 	return d.I
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func publishN(t *testing.T, snd *Sender, topic string, n int, keyed bool) {
 	t.Helper()
 	var batch []queue.Outgoing
@@ -118,24 +107,6 @@ func endOffsets(t *testing.T, topic string) map[int32]int64 {
 	return out
 }
 
-func startConsumer(t *testing.T, r *Receiver, snd *Sender, h queue.HandlerFunc, opts ...queue.ConsumerOption) (stop func() error) {
-	t.Helper()
-	base := []queue.ConsumerOption{queue.WithLogger(drivertest.TestLogger(t)), queue.WithBackoff(queue.Constant(10 * time.Millisecond))}
-	c := queue.NewConsumer(r, snd, append(base, opts...)...)
-	c.Handle(testURN, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
 // A consumer killed mid-batch loses nothing, and the next member starts at
 // the last committed offset: only uncommitted records are delivered again.
 func TestKilledConsumerRedeliversOnlyUncommitted(t *testing.T) {
@@ -148,7 +119,7 @@ func TestKilledConsumerRedeliversOnlyUncommitted(t *testing.T) {
 	defer close(block)
 	var first seenSet
 	r1 := newTestReceiver(t, group, []string{topic})
-	stop1 := startConsumer(t, r1, snd, func(ctx context.Context, m *queue.Message) error {
+	stop1 := drivertest.StartConsumer(t, r1, snd, testURN, func(ctx context.Context, m *queue.Message) error {
 		i := indexOfMessage(t, m)
 		first.add(i)
 		if i >= 10 {
@@ -160,7 +131,7 @@ func TestKilledConsumerRedeliversOnlyUncommitted(t *testing.T) {
 		}
 		return nil
 	}, queue.WithShutdownTimeout(100*time.Millisecond))
-	waitUntil(t, 30*time.Second, "offset 10 committed", func() bool { return committed(t, group, topic)[0] == 10 })
+	drivertest.WaitUntil(t, 30*time.Second, "offset 10 committed", func() bool { return committed(t, group, topic)[0] == 10 })
 
 	r1.kill() // crash: no final commit, no settlement of record 10
 	_ = stop1()
@@ -168,11 +139,11 @@ func TestKilledConsumerRedeliversOnlyUncommitted(t *testing.T) {
 	var second seenSet
 	r2 := newTestReceiver(t, group, []string{topic})
 	defer r2.Close(context.Background())
-	stop2 := startConsumer(t, r2, snd, func(_ context.Context, m *queue.Message) error {
+	stop2 := drivertest.StartConsumer(t, r2, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		second.add(indexOfMessage(t, m))
 		return nil
 	})
-	waitUntil(t, 30*time.Second, "records 10..19 at the second member", func() bool { return second.distinct() == 10 && second.has(19) })
+	drivertest.WaitUntil(t, 30*time.Second, "records 10..19 at the second member", func() bool { return second.distinct() == 10 && second.has(19) })
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
@@ -214,12 +185,12 @@ func TestRebalanceLosesNothing(t *testing.T) {
 		}
 	}
 	ra := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second))
-	stopA := startConsumer(t, ra, snd, handler(nil), queue.WithConcurrency(4))
-	waitUntil(t, 30*time.Second, "a first share handled", func() bool { return seen.distinct() >= 60 })
+	stopA := drivertest.StartConsumer(t, ra, snd, testURN, handler(nil), queue.WithConcurrency(4))
+	drivertest.WaitUntil(t, 30*time.Second, "a first share handled", func() bool { return seen.distinct() >= 60 })
 
 	rb := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second))
-	stopB := startConsumer(t, rb, snd, handler(&atB), queue.WithConcurrency(4))
-	waitUntil(t, 60*time.Second, "every record handled", func() bool { return seen.distinct() == n })
+	stopB := drivertest.StartConsumer(t, rb, snd, testURN, handler(&atB), queue.WithConcurrency(4))
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool { return seen.distinct() == n })
 
 	if err := stopA(); err != nil {
 		t.Fatal(err)
@@ -261,7 +232,7 @@ func TestRetryTiers(t *testing.T) {
 	var runs []run
 	r := newTestReceiver(t, "g-"+topic, []string{topic}, WithRetryTierTopics(2))
 	defer r.Close(context.Background())
-	stop := startConsumer(t, r, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
 		runs = append(runs, run{time.Now(), m.Envelope.Attempts, m.Delivery.Token.(*token).rec.Topic, m.Headers})
 		mu.Unlock()
@@ -270,7 +241,7 @@ func TestRetryTiers(t *testing.T) {
 	dlq := newTestReceiver(t, "g-dlq-"+topic, []string{topic + ".dlq"})
 	defer dlq.Close(context.Background())
 	var dead []*driver.Delivery
-	waitUntil(t, 30*time.Second, "the dead letter", func() bool {
+	drivertest.WaitUntil(t, 30*time.Second, "the dead letter", func() bool {
 		ds, _ := dlq.Receive(context.Background(), 1)
 		dead = append(dead, ds...)
 		return len(dead) > 0

@@ -153,24 +153,14 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	for i, m := range msgs {
 		recs[i] = s.Record(m)
 	}
-	res := s.cl.ProduceSync(ctx, recs...)
-	var be *driver.BatchError
-	for _, r := range res { // results arrive in completion order
+	errs := make([]error, len(msgs))
+	for _, r := range s.cl.ProduceSync(ctx, recs...) { // results arrive in completion order
 		if r.Err != nil {
 			i := slices.Index(recs, r.Record)
-			if be == nil {
-				be = &driver.BatchError{Errors: make([]error, len(msgs))}
-			}
-			be.Errors[i] = fmt.Errorf("babelqueue/kafka: producing to %s: %w", recs[i].Topic, r.Err)
+			errs[i] = fmt.Errorf("babelqueue/kafka: producing to %s: %w", recs[i].Topic, r.Err)
 		}
 	}
-	if be != nil {
-		if len(msgs) == 1 {
-			return be.Errors[0]
-		}
-		return be
-	}
-	return nil
+	return driver.SendResult(errs)
 }
 
 // SendAsync produces msgs without waiting; done is called once per message

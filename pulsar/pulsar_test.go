@@ -16,21 +16,6 @@ import (
 
 const testURN = "urn:babel:pulsar:test"
 
-func run(t *testing.T, r *Receiver, snd *Sender, h queue.HandlerFunc, opts ...queue.ConsumerOption) func() error {
-	t.Helper()
-	base := []queue.ConsumerOption{queue.WithLogger(drivertest.TestLogger(t)), queue.WithBackoff(queue.Constant(0))}
-	c := queue.NewConsumer(r, snd, append(base, opts...)...)
-	c.Handle(testURN, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop := func() error { once.Do(func() { cancel(); err = <-done }); return err }
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
 func receiveOne(t *testing.T, r *Receiver) *driver.Delivery {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -71,7 +56,7 @@ func TestNativeDeadLetterPolicy(t *testing.T) {
 	defer r.Close()
 	var mu sync.Mutex
 	var attempts []int
-	stop := run(t, r, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
 		attempts = append(attempts, m.Envelope.Attempts)
 		mu.Unlock()
@@ -106,7 +91,7 @@ func TestNackBackoffDelaysRetries(t *testing.T) {
 	defer r.Close()
 	var mu sync.Mutex
 	var at []time.Time
-	stop := run(t, r, snd, func(context.Context, *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		at = append(at, time.Now())

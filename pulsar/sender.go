@@ -94,20 +94,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 		_ = p.FlushWithCtx(ctx) // a failure shows in the callbacks
 	}
 	wg.Wait()
-	failed := 0
-	for _, err := range errs {
-		if err != nil {
-			failed++
-		}
-	}
-	switch {
-	case failed == 0:
-		return nil
-	case len(msgs) == 1:
-		return errs[0]
-	default:
-		return &driver.BatchError{Errors: errs}
-	}
+	return driver.SendResult(errs)
 }
 
 // SendAsync publishes msgs without waiting; done is called once per message

@@ -208,24 +208,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 			s.sendBatch(ctx, u, chunk, errs)
 		}
 	}
-	return batchResult(errs)
-}
-
-func batchResult(errs []error) error {
-	failed := 0
-	for _, err := range errs {
-		if err != nil {
-			failed++
-		}
-	}
-	switch {
-	case failed == 0:
-		return nil
-	case len(errs) == 1:
-		return errs[0]
-	default:
-		return &driver.BatchError{Errors: errs}
-	}
+	return driver.SendResult(errs)
 }
 
 // chunks splits es into batches of at most 10 messages and 256 KiB.

@@ -48,32 +48,6 @@ func publish(t *testing.T, snd *Sender, q string, data any) *core.Envelope {
 	return env
 }
 
-func consume(t *testing.T, r *Receiver, snd *Sender, h queue.HandlerFunc, opts ...queue.ConsumerOption) func() error {
-	t.Helper()
-	base := []queue.ConsumerOption{queue.WithLogger(drivertest.TestLogger(t)), queue.WithBackoff(queue.Constant(0))}
-	c := queue.NewConsumer(r, snd, append(base, opts...)...)
-	c.Handle(testURN, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop := func() error { once.Do(func() { cancel(); err = <-done }); return err }
-	t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // A message whose visibility runs out (consumer gone) comes back with
 // ApproximateReceiveCount 2, which reconciles to attempts 1.
 func TestVisibilityExpiryRaisesAttempts(t *testing.T) {
@@ -90,13 +64,13 @@ func TestVisibilityExpiryRaisesAttempts(t *testing.T) {
 	defer r2.Close()
 	var got *queue.Message
 	var mu sync.Mutex
-	stop := consume(t, r2, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r2, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
 		got = m
 		mu.Unlock()
 		return nil
 	})
-	waitUntil(t, 15*time.Second, "redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return got != nil })
+	drivertest.WaitUntil(t, 15*time.Second, "redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return got != nil })
 	_ = stop()
 	if got.Envelope.Attempts != 1 || got.Delivery.Native.Count != 1 {
 		t.Fatalf("attempts %d (native %+v), want 1 from ApproximateReceiveCount 2", got.Envelope.Attempts, got.Delivery.Native)
@@ -114,7 +88,7 @@ func TestHeartbeatKeepsSlowHandlerInvisible(t *testing.T) {
 	var runs atomic.Int32
 	var attempts atomic.Int32
 	began, finished := make(chan struct{}), make(chan struct{})
-	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		runs.Add(1)
 		attempts.Store(int32(m.Envelope.Attempts))
 		close(began)
@@ -168,7 +142,7 @@ func TestFIFORetryNotDeduplicated(t *testing.T) {
 	defer r.Close()
 	var mu sync.Mutex
 	var seen []int
-	stop := consume(t, r, snd, func(_ context.Context, m *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, m.Envelope.Attempts)
@@ -177,7 +151,7 @@ func TestFIFORetryNotDeduplicated(t *testing.T) {
 		}
 		return nil
 	}, queue.WithRetryMode(queue.RetryRepublish))
-	waitUntil(t, 15*time.Second, "the retry copy", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 2 })
+	drivertest.WaitUntil(t, 15*time.Second, "the retry copy", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= 2 })
 	time.Sleep(time.Second)
 	_ = stop()
 	mu.Lock()
@@ -217,9 +191,9 @@ func TestBatchPublishChunksAndReportsPerMessage(t *testing.T) {
 	r := NewReceiver(api, q, WithWaitTime(time.Second))
 	defer r.Close()
 	var handled atomic.Int32
-	stop := consume(t, r, snd, func(context.Context, *queue.Message) error { handled.Add(1); return nil },
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error { handled.Add(1); return nil },
 		queue.WithConcurrency(10), queue.WithBatchSize(10))
-	waitUntil(t, 20*time.Second, "25 handled", func() bool { return handled.Load() == 25 })
+	drivertest.WaitUntil(t, 20*time.Second, "25 handled", func() bool { return handled.Load() == 25 })
 	_ = stop()
 	if n := api.deleteBatch.Load(); n >= 25 {
 		t.Errorf("%d DeleteMessageBatch calls for 25 acks: acknowledgements were not batched", n)
@@ -282,7 +256,7 @@ func TestShutdownReleasesUnstarted(t *testing.T) {
 	}
 	r := newTestReceiver(t, q, WithVisibilityTimeout(60*time.Second), WithHeartbeat(20*time.Second))
 	started := make(chan struct{}, 5)
-	stop := consume(t, r, snd, func(context.Context, *queue.Message) error {
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
 		started <- struct{}{}
 		time.Sleep(300 * time.Millisecond)
 		return nil

@@ -156,3 +156,18 @@ type DeadLetterer interface {
 type DeadLetterNamer interface {
 	DeadLetterQueue(queue string) string
 }
+
+// SendResult turns the per-message results of a Send into its return value:
+// nil when every message succeeded, the error itself for a single message,
+// and a *BatchError otherwise.
+func SendResult(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			if len(errs) == 1 {
+				return err
+			}
+			return &BatchError{Errors: errs}
+		}
+	}
+	return nil
+}
