@@ -127,22 +127,27 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 		*out, _ = unquote(val)
 		return nil
 	}
-	return eachMember(b, func(key, val []byte) error {
+	var stack [inlineExtras]member
+	extras := stack[:0]
+	for it := newMembers(b); ; {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
+		var err error
 		switch string(plainKey(key)) {
 		case "reason":
 			var s string
-			if err := str("/dead_letter/reason", val, &s); err != nil {
-				return err
-			}
+			err = str("/dead_letter/reason", val, &s)
 			d.Reason = Reason(s)
 		case "error":
-			return str("/dead_letter/error", val, &d.Error)
+			err = str("/dead_letter/error", val, &d.Error)
 		case "exception":
-			return str("/dead_letter/exception", val, &d.Exception)
+			err = str("/dead_letter/exception", val, &d.Exception)
 		case "original_queue":
-			return str("/dead_letter/original_queue", val, &d.OriginalQueue)
+			err = str("/dead_letter/original_queue", val, &d.OriginalQueue)
 		case "lang":
-			return str("/dead_letter/lang", val, &d.Lang)
+			err = str("/dead_letter/lang", val, &d.Lang)
 		case "failed_at":
 			n, ok := parseUint(val)
 			if !ok {
@@ -156,8 +161,12 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 			}
 			d.Attempts = int(n)
 		default:
-			d.extra = append(d.extra, member{key, val})
+			extras = append(extras, member{key, val})
 		}
-		return nil
-	})
+		if err != nil {
+			return err
+		}
+	}
+	d.extra = keep(extras)
+	return nil
 }

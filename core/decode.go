@@ -58,6 +58,7 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 		o(&cfg)
 	}
 	var buf bytes.Buffer
+	buf.Grow(len(body))
 	if err := json.Compact(&buf, body); err != nil {
 		return nil, decodeErr(ErrMalformed, "", "%v", err)
 	}
@@ -70,68 +71,71 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 	var (
 		haveJob, haveURN, haveMeta, haveData bool
 		aliasURN, aliasRaw                   []byte
+		stack                                [inlineExtras]member
 	)
-	err := eachMember(b, func(key, val []byte) error {
+	extras := stack[:0]
+	for it := newMembers(b); ; {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
 		switch string(plainKey(key)) {
 		case "job":
 			if val[0] != '"' {
-				return decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
+				return nil, decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
 			}
 			haveJob = true
-			s, _ := unquote(val)
-			e.URN = s
+			e.URN, _ = unquote(val)
 		case "urn":
 			haveURN = true
 			aliasURN, aliasRaw = val, key
 		case "trace_id":
 			if val[0] != '"' {
-				return decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
+				return nil, decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
 			}
 			e.TraceID, _ = unquote(val)
 		case "data":
 			if val[0] != '{' {
-				return decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(val))
+				return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(val))
 			}
 			haveData = true
 			e.data = val
 		case "meta":
 			if val[0] != '{' {
-				return decodeErr(ErrMetaNotObject, "/meta", "got %s", jsonKind(val))
+				return nil, decodeErr(ErrMetaNotObject, "/meta", "got %s", jsonKind(val))
 			}
 			haveMeta = true
-			return decodeMeta(&e.Meta, val, &cfg)
+			if err := decodeMeta(&e.Meta, val, &cfg); err != nil {
+				return nil, err
+			}
 		case "attempts":
 			n, ok := parseUint(val)
 			if !ok || n > maxInt {
-				return decodeErr(ErrAttempts, "/attempts", "got %s", val)
+				return nil, decodeErr(ErrAttempts, "/attempts", "got %s", val)
 			}
 			e.Attempts = int(n)
 		case "dead_letter":
 			if string(val) == "null" {
-				return nil
+				continue
 			}
 			if val[0] != '{' {
-				return decodeErr(ErrFieldType, "/dead_letter", "got %s", jsonKind(val))
+				return nil, decodeErr(ErrFieldType, "/dead_letter", "got %s", jsonKind(val))
 			}
 			dl := &DeadLetter{}
 			if err := decodeDeadLetter(dl, val); err != nil {
-				return err
+				return nil, err
 			}
 			e.DeadLetter = dl
 		case "timestamp":
 			cfg.report("/timestamp", val)
 		default:
-			e.extra = append(e.extra, member{key, val})
+			extras = append(extras, member{key, val})
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	switch {
 	case haveJob:
 		if haveURN { // both present: "job" wins, "urn" is carried as an unknown key
-			e.extra = append(e.extra, member{aliasRaw, aliasURN})
+			extras = append(extras, member{aliasRaw, aliasURN})
 		}
 	case haveURN:
 		if aliasURN[0] != '"' {
@@ -139,6 +143,7 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 		}
 		e.URN, _ = unquote(aliasURN)
 	}
+	e.extra = keep(extras)
 	if strings.TrimSpace(e.URN) == "" {
 		return nil, decodeErr(ErrNoURN, "/job", "")
 	}
@@ -172,32 +177,31 @@ func (c *decodeConfig) report(pointer string, val []byte) {
 }
 
 func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
-	return eachMember(b, func(key, val []byte) error {
+	var stack [inlineExtras]member
+	extras := stack[:0]
+	str := func(ptr string, val []byte, out *string) error {
+		if val[0] != '"' {
+			if string(val) == "null" {
+				return nil
+			}
+			return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
+		}
+		*out, _ = unquote(val)
+		return nil
+	}
+	for it := newMembers(b); ; {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
+		var err error
 		switch k := plainKey(key); string(k) {
 		case "id":
-			if val[0] != '"' {
-				if string(val) == "null" {
-					return nil
-				}
-				return decodeErr(ErrFieldType, "/meta/id", "got %s", jsonKind(val))
-			}
-			m.ID, _ = unquote(val)
+			err = str("/meta/id", val, &m.ID)
 		case "queue":
-			if val[0] != '"' {
-				if string(val) == "null" {
-					return nil
-				}
-				return decodeErr(ErrFieldType, "/meta/queue", "got %s", jsonKind(val))
-			}
-			m.Queue, _ = unquote(val)
+			err = str("/meta/queue", val, &m.Queue)
 		case "lang":
-			if val[0] != '"' {
-				if string(val) == "null" {
-					return nil
-				}
-				return decodeErr(ErrFieldType, "/meta/lang", "got %s", jsonKind(val))
-			}
-			m.Lang, _ = unquote(val)
+			err = str("/meta/lang", val, &m.Lang)
 		case "schema_version":
 			if string(val) != "1" {
 				return decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
@@ -212,10 +216,14 @@ func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
 		case "max_retries", "attempts", "source", "ts":
 			cfg.report("/meta/"+string(k), val)
 		default:
-			m.extra = append(m.extra, member{key, val})
+			extras = append(extras, member{key, val})
 		}
-		return nil
-	})
+		if err != nil {
+			return err
+		}
+	}
+	m.extra = keep(extras)
+	return nil
 }
 
 // isBlank reports whether s is empty or only whitespace.

@@ -61,24 +61,44 @@ func skipString(b []byte, i int) int {
 	return i
 }
 
-// eachMember calls fn for every member of the object b (compact, valid JSON,
-// b[0] == '{'). key is the raw quoted key, val the raw value.
-func eachMember(b []byte, fn func(key, val []byte) error) error {
-	i := 1
-	for i < len(b) && b[i] != '}' {
-		ke := skipString(b, i)
-		key := b[i:ke]
-		vs := ke + 1 // past ':'
-		ve := skipValue(b, vs)
-		if err := fn(key, b[vs:ve]); err != nil {
-			return err
-		}
-		i = ve
-		if i < len(b) && b[i] == ',' {
-			i++
-		}
+// members iterates over the members of a compact, valid JSON object. It is
+// a plain iterator rather than a callback so that callers can collect into
+// stack buffers without them escaping.
+type members struct {
+	b []byte
+	i int
+}
+
+func newMembers(obj []byte) members { return members{b: obj, i: 1} }
+
+// next returns the raw quoted key and the raw value of the next member.
+func (m *members) next() (key, val []byte, ok bool) {
+	b := m.b
+	if m.i >= len(b) || b[m.i] == '}' {
+		return nil, nil, false
 	}
-	return nil
+	ke := skipString(b, m.i)
+	key = b[m.i:ke]
+	vs := ke + 1 // past ':'
+	ve := skipValue(b, vs)
+	m.i = ve
+	if m.i < len(b) && b[m.i] == ',' {
+		m.i++
+	}
+	return key, b[vs:ve], true
+}
+
+// inlineExtras is how many unknown members are gathered on the stack before
+// the one exact-size copy Decode keeps.
+const inlineExtras = 16
+
+// keep returns a heap copy of the gathered members, nil for none: one
+// allocation however many unknown keys a message carries.
+func keep(ms []member) []member {
+	if len(ms) == 0 {
+		return nil
+	}
+	return append([]member(nil), ms...)
 }
 
 // unquote returns the Go string of the raw JSON string s. The common case, a
