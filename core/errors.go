@@ -38,6 +38,7 @@ type DecodeError struct {
 	Err     error
 }
 
+// Error implements error.
 func (e *DecodeError) Error() string {
 	msg := e.Err.Error()
 	if e.Pointer != "" {

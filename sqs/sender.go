@@ -276,6 +276,7 @@ type EntryError struct {
 	SenderFault bool
 }
 
+// Error implements error.
 func (e *EntryError) Error() string {
 	return fmt.Sprintf("babelqueue/sqs: batch entry failed: %s: %s", e.Code, e.Message)
 }

@@ -61,6 +61,7 @@ type BatchError struct {
 	Errors []error
 }
 
+// Error implements error.
 func (e *BatchError) Error() string {
 	n, first := 0, error(nil)
 	for _, err := range e.Errors {

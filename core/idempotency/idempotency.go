@@ -62,10 +62,12 @@ type RememberError struct {
 	Err error
 }
 
+// Error implements error.
 func (e *RememberError) Error() string {
 	return fmt.Sprintf("babelqueue: idempotency store: remembering %q: %v", e.Key, e.Err)
 }
 
+// Unwrap returns the store's error.
 func (e *RememberError) Unwrap() error { return e.Err }
 
 // MemoryStore is a process-local Store. The zero value is ready to use.

@@ -50,6 +50,7 @@ type SettleError struct {
 	Err       error
 }
 
+// Error implements error.
 func (e *SettleError) Error() string {
 	return fmt.Sprintf("babelqueue: %s of %s (%s id=%s) failed: %v", e.Op, e.Queue, e.URN, e.MessageID, e.Err)
 }

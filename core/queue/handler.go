@@ -44,6 +44,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error implements error.
 func (e *PanicError) Error() string { return fmt.Sprintf("babelqueue: handler panic: %v", e.Value) }
 
 // Unwrap returns the panic value when it is an error.
@@ -71,6 +72,7 @@ var ErrUnknownURN = errors.New("babelqueue: no handler registered for URN")
 // permanentError marks an error that must not be retried.
 type permanentError struct{ err error }
 
+// Error implements error.
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 

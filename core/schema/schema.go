@@ -30,6 +30,7 @@ type ValidationError struct {
 	Cause error
 }
 
+// Error implements error.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("babelqueue: payload of %s does not match its schema: %v", e.URN, e.Cause)
 }
