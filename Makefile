@@ -76,8 +76,7 @@ bench: $(BENCHSTAT)
 	$(BENCHSTAT) bench.txt
 
 tidy:
-	@for m in $(MODULES); do echo "tidy $$m"; (cd $$m && GOFLAGS=-mod=mod GONOSUMDB=github.com/babelqueue GOPROXY=$${GOPROXY:-https://proxy.golang.org} $(GO) mod tidy -e) || exit 1; done
-	$(GO) work sync
+	scripts/tidy.sh $(MODULES)
 
 demo:
 	$(GO) run ./kafka/examples/demo
