@@ -1,6 +1,6 @@
 module github.com/babelqueue/transports/kafka
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/babelqueue/transports/conformance v0.1.0
@@ -15,5 +15,4 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
-	golang.org/x/text v0.14.0 // indirect
 )
