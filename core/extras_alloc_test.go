@@ -12,6 +12,9 @@ import (
 // the same allocations whether a message has one or sixteen of them at each
 // level: the codec keeps them as slices of the decoded buffer.
 func TestUnknownKeysDoNotAllocatePerKey(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
 	allocs := func(n int) float64 {
 		var top, meta strings.Builder
 		for i := range n {
@@ -31,7 +34,7 @@ func TestUnknownKeysDoNotAllocatePerKey(t *testing.T) {
 		})
 	}
 	one, sixteen := allocs(1), allocs(16)
-	if sixteen != one {
+	if sixteen > one {
 		t.Errorf("decode + attempts+1 + encode: %v allocations with 1 unknown key per level, %v with 16", one, sixteen)
 	}
 }
