@@ -10,6 +10,7 @@ import (
 
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -42,10 +43,6 @@ func BenchmarkReconcile(b *testing.B) {
 	}
 }
 
-func reportRate(b *testing.B, n int, start time.Time) {
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
-}
-
 // BenchmarkProduceSync sends one message at a time and waits for each ack.
 func BenchmarkProduceSync(b *testing.B) {
 	for _, size := range benchSizes {
@@ -61,7 +58,7 @@ func BenchmarkProduceSync(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reportRate(b, b.N, start)
+			drivertest.ReportRate(b, b.N, start)
 		})
 	}
 }
@@ -88,7 +85,7 @@ func BenchmarkProduceBatched(b *testing.B) {
 			if err := snd.Flush(context.Background()); err != nil || failed.Load() > 0 {
 				b.Fatalf("flush: %v, %d failed", err, failed.Load())
 			}
-			reportRate(b, b.N, start)
+			drivertest.ReportRate(b, b.N, start)
 		})
 	}
 }
@@ -113,33 +110,8 @@ func BenchmarkConsume(b *testing.B) {
 				}
 				rcv := newTestReceiver(b, "g-"+topic, []string{topic}, WithPollWait(100*time.Millisecond))
 				defer rcv.Close(context.Background())
-				var handled atomic.Int64
-				done := make(chan struct{})
-				c := queue.NewConsumer(rcv, snd, queue.WithConcurrency(handlers), queue.WithBatchSize(500))
-				c.Handle(testURN, func(context.Context, *queue.Message) error {
-					if handled.Add(1) == int64(n) {
-						close(done)
-					}
-					return nil
-				})
-				ctx, cancel := context.WithCancel(context.Background())
-				errc := make(chan error, 1)
 				b.SetBytes(int64(len(m.Body)))
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				go func() { errc <- c.Run(ctx) }()
-				select {
-				case <-done:
-				case <-time.After(5 * time.Minute):
-					b.Fatalf("handled %d of %d", handled.Load(), n)
-				}
-				b.StopTimer()
-				reportRate(b, n, start)
-				cancel()
-				if err := <-errc; err != nil {
-					b.Fatal(err)
-				}
+				drivertest.BenchmarkConsume(b, rcv, snd, testURN, n, handlers, queue.WithBatchSize(500))
 			})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 )
 
@@ -28,10 +29,6 @@ func BenchmarkProject(b *testing.B) {
 	for b.Loop() {
 		_ = ProducerMessage(m)
 	}
-}
-
-func rate(b *testing.B, n int, start time.Time) {
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
 }
 
 // BenchmarkPublish: sync sends one message and waits; async lets the
@@ -65,7 +62,7 @@ func BenchmarkPublish(b *testing.B) {
 				if err := snd.Flush(context.Background()); err != nil || failed.Load() > 0 {
 					b.Fatalf("flush %v, %d failed", err, failed.Load())
 				}
-				rate(b, b.N, start)
+				drivertest.ReportRate(b, b.N, start)
 			})
 		}
 	}
@@ -93,33 +90,8 @@ func BenchmarkConsume(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer r.Close()
-				var handled atomic.Int64
-				done := make(chan struct{})
-				c := queue.NewConsumer(r, snd, queue.WithConcurrency(handlers), queue.WithBatchSize(100))
-				c.Handle(testURN, func(context.Context, *queue.Message) error {
-					if handled.Add(1) == int64(b.N) {
-						close(done)
-					}
-					return nil
-				})
-				ctx, cancel := context.WithCancel(context.Background())
-				errc := make(chan error, 1)
 				b.SetBytes(int64(len(m.Body)))
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				go func() { errc <- c.Run(ctx) }()
-				select {
-				case <-done:
-				case <-time.After(5 * time.Minute):
-					b.Fatalf("handled %d of %d", handled.Load(), b.N)
-				}
-				b.StopTimer()
-				rate(b, b.N, start)
-				cancel()
-				if err := <-errc; err != nil {
-					b.Fatal(err)
-				}
+				drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, handlers, queue.WithBatchSize(100))
 			})
 		}
 	}

@@ -11,6 +11,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 cache=${BQ_CACHE_DIR:-$here/../.cache}
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
@@ -20,15 +22,6 @@ cport=${BQ_KAFKA_CONTROLLER_PORT:-19093}
 pidfile=$dir/broker.pid
 log=$dir/broker.log
 
-resolve() {
-	if [ -f "$dir/libs/.complete" ]; then return; fi
-	mkdir -p "$dir/libs"
-	echo "kafka-server: resolving org.apache.kafka:kafka_2.13:4.4.0 from Maven Central" >&2
-	mvn -q -B -f "$here/kafka/pom.xml" dependency:copy-dependencies \
-		-DoutputDirectory="$dir/libs" -DincludeScope=runtime >&2
-	touch "$dir/libs/.complete"
-}
-
 ready() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
 
 start() {
@@ -36,7 +29,7 @@ start() {
 		echo "kafka-server: already running (pid $(cat "$pidfile"))" >&2
 		return
 	fi
-	resolve
+	maven_resolve "$here/kafka/pom.xml" "$dir/libs" org.apache.kafka:kafka_2.13:4.4.0
 	rm -rf "$dir/data"
 	mkdir -p "$dir/data"
 	cat >"$dir/server.properties" <<PROPS
@@ -67,32 +60,12 @@ PROPS
 	java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1
 	nohup java -Xms512m -Xmx1g -cp "$cp" kafka.Kafka "$dir/server.properties" >"$log" 2>&1 &
 	echo $! >"$pidfile"
-	for _ in $(seq 1 120); do
-		if ready; then
-			echo "kafka-server: broker ready on 127.0.0.1:$port (pid $(cat "$pidfile"))" >&2
-			return
-		fi
-		if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-			echo "kafka-server: broker exited; log follows" >&2
-			tail -n 50 "$log" >&2
-			exit 1
-		fi
-		sleep 0.5
-	done
-	echo "kafka-server: broker not ready after 60s; log follows" >&2
-	tail -n 50 "$log" >&2
-	exit 1
+	wait_ready "$pidfile" "$log" 60 ready
+	echo "kafka-server: broker ready on 127.0.0.1:$port (pid $(cat "$pidfile"))" >&2
 }
 
 stop() {
-	if [ -f "$pidfile" ]; then
-		local pid
-		pid=$(cat "$pidfile")
-		kill "$pid" 2>/dev/null || true
-		for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-		kill -9 "$pid" 2>/dev/null || true
-		rm -f "$pidfile"
-	fi
+	stop_pid "$pidfile"
 	rm -rf "$dir/data"
 }
 

@@ -12,6 +12,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 cache=${BQ_CACHE_DIR:-$here/../.cache}
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
@@ -20,15 +22,6 @@ port=${BQ_PULSAR_PORT:-16650}
 webport=${BQ_PULSAR_WEB_PORT:-18080}
 pidfile=$dir/broker.pid
 log=$dir/broker.log
-
-resolve() {
-	if [ -f "$dir/libs/.complete" ]; then return; fi
-	mkdir -p "$dir/libs"
-	echo "pulsar-server: resolving org.apache.pulsar:pulsar-broker:4.2.4 from Maven Central" >&2
-	mvn -q -B -f "$here/pulsar/pom.xml" dependency:copy-dependencies \
-		-DoutputDirectory="$dir/libs" -DincludeScope=runtime >&2
-	touch "$dir/libs/.complete"
-}
 
 ready() {
 	curl -fsS "http://127.0.0.1:$webport/admin/v2/brokers/health" >/dev/null 2>&1
@@ -39,7 +32,7 @@ start() {
 		echo "pulsar-server: already running (pid $(cat "$pidfile"))" >&2
 		return
 	fi
-	resolve
+	maven_resolve "$here/pulsar/pom.xml" "$dir/libs" org.apache.pulsar:pulsar-broker:4.2.4
 	rm -rf "$dir/data"
 	mkdir -p "$dir/data"
 	# The bookie reads its settings from this file too: listeningInterface=lo
@@ -69,32 +62,12 @@ CONF
 		--metadata-dir "$dir/data/metadata" --bookkeeper-dir "$dir/data/bk" \
 		--advertised-address 127.0.0.1 >"$log" 2>&1 &
 	echo $! >"$pidfile"
-	for _ in $(seq 1 180); do
-		if ready; then
-			echo "pulsar-server: broker ready on pulsar://127.0.0.1:$port (pid $(cat "$pidfile"))" >&2
-			return
-		fi
-		if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-			echo "pulsar-server: broker exited; log follows" >&2
-			tail -n 60 "$log" >&2
-			exit 1
-		fi
-		sleep 0.5
-	done
-	echo "pulsar-server: broker not ready after 90s; log follows" >&2
-	tail -n 60 "$log" >&2
-	exit 1
+	wait_ready "$pidfile" "$log" 90 ready
+	echo "pulsar-server: broker ready on pulsar://127.0.0.1:$port (pid $(cat "$pidfile"))" >&2
 }
 
 stop() {
-	if [ -f "$pidfile" ]; then
-		local pid
-		pid=$(cat "$pidfile")
-		kill "$pid" 2>/dev/null || true
-		for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-		kill -9 "$pid" 2>/dev/null || true
-		rm -f "$pidfile"
-	fi
+	stop_pid "$pidfile"
 	rm -rf "$dir/data"
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 )
 
@@ -40,10 +40,6 @@ func BenchmarkReconcile(b *testing.B) {
 	}
 }
 
-func rate(b *testing.B, n int, start time.Time) {
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
-}
-
 // BenchmarkPublish compares SendMessage one at a time with SendMessageBatch
 // of 10 (ns/op is per message either way).
 func BenchmarkPublish(b *testing.B) {
@@ -67,7 +63,7 @@ func BenchmarkPublish(b *testing.B) {
 					}
 					sent += batch
 				}
-				rate(b, b.N, start)
+				drivertest.ReportRate(b, b.N, start)
 			})
 		}
 	}
@@ -94,33 +90,8 @@ func BenchmarkConsume(b *testing.B) {
 				}
 				r := NewReceiver(api, q, WithWaitTime(time.Second))
 				defer r.Close()
-				var handled atomic.Int64
-				done := make(chan struct{})
-				c := queue.NewConsumer(r, snd, queue.WithConcurrency(handlers), queue.WithBatchSize(10))
-				c.Handle(testURN, func(context.Context, *queue.Message) error {
-					if handled.Add(1) == int64(b.N) {
-						close(done)
-					}
-					return nil
-				})
-				ctx, cancel := context.WithCancel(context.Background())
-				errc := make(chan error, 1)
 				b.SetBytes(int64(len(m.Body)))
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				go func() { errc <- c.Run(ctx) }()
-				select {
-				case <-done:
-				case <-time.After(5 * time.Minute):
-					b.Fatalf("handled %d of %d", handled.Load(), b.N)
-				}
-				b.StopTimer()
-				rate(b, b.N, start)
-				cancel()
-				if err := <-errc; err != nil {
-					b.Fatal(err)
-				}
+				drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, handlers, queue.WithBatchSize(10))
 			})
 		}
 	}

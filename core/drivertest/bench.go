@@ -1,0 +1,51 @@
+package drivertest
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+// BenchmarkConsume measures the runtime consuming n messages already
+// published to rcv's queue with URN urn: receive → decode → route → handle
+// → settle with handlers in flight. It reports msgs/s over the wall time,
+// including the receiver's first fetch (a group join, a subscribe).
+func BenchmarkConsume(b *testing.B, rcv driver.Receiver, snd driver.Sender, urn string, n, handlers int, opts ...queue.ConsumerOption) {
+	b.Helper()
+	var handled atomic.Int64
+	done := make(chan struct{})
+	c := queue.NewConsumer(rcv, snd, append([]queue.ConsumerOption{queue.WithConcurrency(handlers)}, opts...)...)
+	c.Handle(urn, func(context.Context, *queue.Message) error {
+		if handled.Add(1) == int64(n) {
+			close(done)
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	go func() { errc <- c.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("handled %d of %d", handled.Load(), n)
+	}
+	b.StopTimer()
+	ReportRate(b, n, start)
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// ReportRate reports n messages over the time since start as msgs/s.
+func ReportRate(b *testing.B, n int, start time.Time) {
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}
