@@ -3,12 +3,10 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -17,18 +15,8 @@ import (
 
 var benchSizes = []int{256, 1 << 10, 64 << 10}
 
-func benchMessage(b *testing.B, topic string, size int) *driver.Message {
-	// pad so that the whole envelope is about size bytes
-	env, err := core.New(testURN, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(topic))
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, _ := env.Encode()
-	return &driver.Message{Envelope: env, Body: body, Queue: topic}
-}
-
 func BenchmarkProject(b *testing.B) {
-	m := benchMessage(b, "orders", 1<<10)
+	m := drivertest.SizedMessage(b, testURN, "orders", 1<<10)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = Project(m, "orders", nil)
@@ -49,7 +37,7 @@ func BenchmarkProduceSync(b *testing.B) {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			topic := newTopics(b, 8)
 			snd := newTestSender(b)
-			m := benchMessage(b, topic, size)
+			m := drivertest.SizedMessage(b, testURN, topic, size)
 			b.SetBytes(int64(len(m.Body)))
 			b.ReportAllocs()
 			start := time.Now()
@@ -69,7 +57,7 @@ func BenchmarkProduceBatched(b *testing.B) {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			topic := newTopics(b, 8)
 			snd := newTestSender(b, WithClientOptions(kgo.ProducerLinger(5*time.Millisecond)))
-			m := benchMessage(b, topic, size)
+			m := drivertest.SizedMessage(b, testURN, topic, size)
 			b.SetBytes(int64(len(m.Body)))
 			b.ReportAllocs()
 			var failed atomic.Int64
@@ -98,7 +86,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/handlers=%d", size, handlers), func(b *testing.B) {
 				topic := newTopics(b, 8)
 				snd := newTestSender(b, WithClientOptions(kgo.ProducerLinger(5*time.Millisecond)))
-				m := benchMessage(b, topic, size)
+				m := drivertest.SizedMessage(b, testURN, topic, size)
 				n := b.N
 				for i := range n {
 					mm := *m

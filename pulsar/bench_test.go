@@ -3,28 +3,17 @@ package pulsar
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 )
 
-func benchMessage(b *testing.B, topic string, size int) *driver.Message {
-	env, err := core.New(testURN, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(topic))
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, _ := env.Encode()
-	return &driver.Message{Envelope: env, Body: body, Queue: topic}
-}
-
 func BenchmarkProject(b *testing.B) {
-	m := benchMessage(b, "orders", 1<<10)
+	m := drivertest.SizedMessage(b, testURN, "orders", 1<<10)
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = ProducerMessage(m)
@@ -40,7 +29,7 @@ func BenchmarkPublish(b *testing.B) {
 				client := newClient(b)
 				snd := NewSender(client)
 				defer snd.Close()
-				m := benchMessage(b, newTopic(b), size)
+				m := drivertest.SizedMessage(b, testURN, newTopic(b), size)
 				msgs := []*driver.Message{m}
 				var failed atomic.Int64
 				b.SetBytes(int64(len(m.Body)))
@@ -78,7 +67,7 @@ func BenchmarkConsume(b *testing.B) {
 				snd := NewSender(client)
 				defer snd.Close()
 				topic := newTopic(b)
-				m := benchMessage(b, topic, size)
+				m := drivertest.SizedMessage(b, testURN, topic, size)
 				for range b.N {
 					snd.SendAsync(context.Background(), []*driver.Message{m}, func(int, error) {})
 				}

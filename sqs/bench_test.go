@@ -3,27 +3,16 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 )
 
-func benchMessage(b *testing.B, q string, size int) *driver.Message {
-	env, err := core.New(testURN, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(q))
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, _ := env.Encode()
-	return &driver.Message{Envelope: env, Body: body, Queue: q}
-}
-
 func BenchmarkAttributes(b *testing.B) {
-	m := benchMessage(b, "orders", 1<<10)
+	m := drivertest.SizedMessage(b, testURN, "orders", 1<<10)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Attributes(m, false); err != nil {
@@ -48,7 +37,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/batch=%d", size, batch), func(b *testing.B) {
 				q := newQueue(b, false)
 				snd := NewSender(client(b))
-				m := benchMessage(b, q, size)
+				m := drivertest.SizedMessage(b, testURN, q, size)
 				msgs := make([]*driver.Message, batch)
 				for i := range msgs {
 					msgs[i] = m
@@ -78,7 +67,7 @@ func BenchmarkConsume(b *testing.B) {
 				q := newQueue(b, false)
 				api := client(b)
 				snd := NewSender(api)
-				m := benchMessage(b, q, size)
+				m := drivertest.SizedMessage(b, testURN, q, size)
 				msgs := make([]*driver.Message, 10)
 				for i := range msgs {
 					msgs[i] = m

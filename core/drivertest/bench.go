@@ -2,10 +2,12 @@ package drivertest
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/queue"
 )
@@ -48,4 +50,19 @@ func BenchmarkConsume(b *testing.B, rcv driver.Receiver, snd driver.Sender, urn 
 // ReportRate reports n messages over the time since start as msgs/s.
 func ReportRate(b *testing.B, n int, start time.Time) {
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// SizedMessage builds a message for queue whose encoded envelope is about
+// size bytes (its data is padded), for size-parameterised benchmarks.
+func SizedMessage(tb testing.TB, urn, queueName string, size int) *driver.Message {
+	tb.Helper()
+	env, err := core.New(urn, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(queueName))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body, err := env.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &driver.Message{Envelope: env, Body: body, Queue: queueName}
 }
