@@ -11,19 +11,19 @@ import (
 
 // Record header names of the Kafka binding.
 const (
-	HeaderJob           = "bq-job"
-	HeaderTraceID       = "bq-trace-id"
-	HeaderMessageID     = "bq-message-id"
-	HeaderSchemaVersion = "bq-schema-version"
-	HeaderSourceLang    = "bq-source-lang"
-	HeaderAttempts      = "bq-attempts"
+	HeaderJob           = driver.HeaderJob
+	HeaderTraceID       = driver.HeaderTraceID
+	HeaderMessageID     = driver.HeaderMessageID
+	HeaderSchemaVersion = driver.HeaderSchemaVersion
+	HeaderSourceLang    = driver.HeaderSourceLang
+	HeaderAttempts      = driver.HeaderAttempts
 	// HeaderDelay (milliseconds) and HeaderOriginalTopic ride on delay-tier
 	// retry copies; HeaderOriginalTopic also on dead letters.
 	HeaderDelay         = "bq-delay"
 	HeaderOriginalTopic = "bq-original-topic"
 	// HeaderDeadLetterReason carries dead_letter.reason natively, the only
 	// record of it on a poison copy whose value is the original bytes.
-	HeaderDeadLetterReason = "bq-dead-letter-reason"
+	HeaderDeadLetterReason = driver.HeaderDeadLetterReason
 )
 
 // Project builds the record for m: value = m.Body untouched, extra headers

@@ -1,8 +1,6 @@
 package pulsar
 
 import (
-	"maps"
-	"strconv"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -12,34 +10,20 @@ import (
 
 // Property names of the Pulsar binding.
 const (
-	PropJob           = "bq-job"
-	PropTraceID       = "bq-trace-id"
-	PropMessageID     = "bq-message-id"
-	PropSchemaVersion = "bq-schema-version"
-	PropSourceLang    = "bq-source-lang"
-	PropAttempts      = "bq-attempts"
+	PropJob           = driver.HeaderJob
+	PropTraceID       = driver.HeaderTraceID
+	PropMessageID     = driver.HeaderMessageID
+	PropSchemaVersion = driver.HeaderSchemaVersion
+	PropSourceLang    = driver.HeaderSourceLang
+	PropAttempts      = driver.HeaderAttempts
 	// PropDeadLetterReason carries dead_letter.reason on dead-letter copies.
-	PropDeadLetterReason = "bq-dead-letter-reason"
+	PropDeadLetterReason = driver.HeaderDeadLetterReason
 )
 
 // Properties projects m onto Pulsar's string properties: extra headers
-// first, then the contract properties, which win a name clash.
-func Properties(m *driver.Message) map[string]string {
-	p := make(map[string]string, len(m.Headers)+7)
-	maps.Copy(p, m.Headers)
-	if e := m.Envelope; e != nil {
-		p[PropJob] = e.URN
-		p[PropTraceID] = e.TraceID
-		p[PropMessageID] = e.Meta.ID
-		p[PropSchemaVersion] = strconv.Itoa(e.Meta.SchemaVersion)
-		p[PropSourceLang] = e.Meta.Lang
-		p[PropAttempts] = strconv.Itoa(e.Attempts)
-	}
-	if dl := m.DeadLetter; dl != nil {
-		p[PropDeadLetterReason] = string(dl.Reason)
-	}
-	return p
-}
+// first, then the contract properties, which win a name clash
+// (driver.StringHeaders).
+func Properties(m *driver.Message) map[string]string { return driver.StringHeaders(m) }
 
 // ProducerMessage builds the native message for m: payload = the envelope
 // bytes untouched, the properties, the key, event time = meta.created_at and

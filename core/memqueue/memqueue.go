@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,13 +21,13 @@ import (
 // Header names the in-memory driver projects, the string-header binding
 // shared with Kafka and Pulsar.
 const (
-	HeaderJob           = "bq-job"
-	HeaderTraceID       = "bq-trace-id"
-	HeaderMessageID     = "bq-message-id"
-	HeaderSchemaVersion = "bq-schema-version"
-	HeaderSourceLang    = "bq-source-lang"
-	HeaderAttempts      = "bq-attempts"
-	HeaderDeadLetter    = "bq-dead-letter-reason"
+	HeaderJob           = driver.HeaderJob
+	HeaderTraceID       = driver.HeaderTraceID
+	HeaderMessageID     = driver.HeaderMessageID
+	HeaderSchemaVersion = driver.HeaderSchemaVersion
+	HeaderSourceLang    = driver.HeaderSourceLang
+	HeaderAttempts      = driver.HeaderAttempts
+	HeaderDeadLetter    = driver.HeaderDeadLetterReason
 	HeaderError         = "bq-error"
 )
 
@@ -118,23 +117,11 @@ func (b *Broker) Sender() driver.Sender { return sender{b} }
 type sender struct{ b *Broker }
 
 // Project returns the string headers the in-memory binding writes for m:
-// extra headers first, then the contract headers, which win.
+// driver.StringHeaders, plus the dead-letter error.
 func Project(m *driver.Message) map[string]string {
-	h := make(map[string]string, len(m.Headers)+8)
-	maps.Copy(h, m.Headers)
-	if e := m.Envelope; e != nil {
-		h[HeaderJob] = e.URN
-		h[HeaderTraceID] = e.TraceID
-		h[HeaderMessageID] = e.Meta.ID
-		h[HeaderSchemaVersion] = strconv.Itoa(e.Meta.SchemaVersion)
-		h[HeaderSourceLang] = e.Meta.Lang
-		h[HeaderAttempts] = strconv.Itoa(e.Attempts)
-	}
-	if dl := m.DeadLetter; dl != nil {
-		h[HeaderDeadLetter] = string(dl.Reason)
-		if dl.Error != "" {
-			h[HeaderError] = dl.Error
-		}
+	h := driver.StringHeaders(m)
+	if dl := m.DeadLetter; dl != nil && dl.Error != "" {
+		h[HeaderError] = dl.Error
 	}
 	return h
 }

@@ -514,20 +514,8 @@ func (c *Consumer) toDeadLetter(m *Message, reason core.Reason, herr error, atte
 		orig = d.Queue
 	}
 	dl := core.NewDeadLetter(reason, herr, orig, attempts, c.now())
-	if c.dlqNative && c.caps.NativeDeadLetter {
-		if dlr, ok := c.rcv.(driver.DeadLetterer); ok {
-			ctx, cancel := c.settleCtx()
-			err := dlr.DeadLetter(ctx, d, dl)
-			cancel()
-			if err != nil {
-				c.report(&SettleError{Op: "dead-letter-native", Queue: d.Queue, URN: env.URN, MessageID: env.Meta.ID, Err: err})
-				c.release(d, c.backoff.Delay(attempts), m)
-				return
-			}
-			c.metrics.DeadLettered(d.Queue, env.URN, reason)
-			c.metrics.Handled(d.Queue, env.URN, OutcomeDeadLettered, time.Since(start))
-			return
-		}
+	if c.deadLetterNatively(m, dl, c.backoff.Delay(attempts), start) {
+		return
 	}
 	cp := env.WithAttempts(attempts).DeadLettered(dl)
 	body, err := cp.Encode()
@@ -550,23 +538,11 @@ func (c *Consumer) toDeadLetter(m *Message, reason core.Reason, herr error, atte
 func (c *Consumer) poison(d *driver.Delivery, cause error) {
 	start := time.Now()
 	dl := core.NewDeadLetter(core.ReasonPoison, cause, d.Queue, d.Native.Reconcile(0), c.now())
-	if c.dlqNative && c.caps.NativeDeadLetter {
-		if dlr, ok := c.rcv.(driver.DeadLetterer); ok {
-			ctx, cancel := c.settleCtx()
-			err := dlr.DeadLetter(ctx, d, dl)
-			cancel()
-			if err != nil {
-				c.report(&SettleError{Op: "dead-letter-native", Queue: d.Queue, Err: err})
-				c.release(d, c.backoff.Delay(1), nil)
-				return
-			}
-			c.metrics.DeadLettered(d.Queue, "", core.ReasonPoison)
-			c.metrics.Handled(d.Queue, "", OutcomeDeadLettered, time.Since(start))
-			return
-		}
+	m := &Message{Queue: d.Queue, Headers: d.Headers, Delivery: d}
+	if c.deadLetterNatively(m, dl, c.backoff.Delay(1), start) {
+		return
 	}
 	msg := &driver.Message{Body: d.Body, Queue: c.dlqName(d.Queue), Headers: ExtraHeaders(d.Headers), DeadLetter: &dl, Origin: d}
-	m := &Message{Queue: d.Queue, Headers: d.Headers, Delivery: d}
 	if !c.publishCopy(msg, "dead-letter-publish", m, c.backoff.Delay(1)) {
 		return
 	}
@@ -574,6 +550,33 @@ func (c *Consumer) poison(d *driver.Delivery, cause error) {
 		slog.String("dlq", msg.Queue), slog.Any("error", cause))
 	c.metrics.DeadLettered(d.Queue, "", core.ReasonPoison)
 	c.ack(m, OutcomeDeadLettered, start)
+}
+
+// deadLetterNatively moves the delivery to the broker's own dead-letter
+// store when that is configured and the driver has one, and reports whether
+// it took the delivery (a failed move is reported and the delivery
+// released). false means the runtime publishes an annotated copy instead.
+func (c *Consumer) deadLetterNatively(m *Message, dl core.DeadLetter, releaseDelay time.Duration, start time.Time) bool {
+	if !c.dlqNative || !c.caps.NativeDeadLetter {
+		return false
+	}
+	dlr, ok := c.rcv.(driver.DeadLetterer)
+	if !ok {
+		return false
+	}
+	d := m.Delivery
+	ctx, cancel := c.settleCtx()
+	err := dlr.DeadLetter(ctx, d, dl)
+	cancel()
+	urn, id := urnOf(m)
+	if err != nil {
+		c.report(&SettleError{Op: "dead-letter-native", Queue: d.Queue, URN: urn, MessageID: id, Err: err})
+		c.release(d, releaseDelay, m)
+		return true
+	}
+	c.metrics.DeadLettered(d.Queue, urn, dl.Reason)
+	c.metrics.Handled(d.Queue, urn, OutcomeDeadLettered, time.Since(start))
+	return true
 }
 
 // publishCopy sends a retry or dead-letter copy. On failure the original is
