@@ -19,10 +19,23 @@ queues created on first use, and only what the transport uses:
   count raised, and a later settlement or renewal of the old lock fails with
   com.microsoft:message-lock-lost (status 410 on $management);
 - $management: com.microsoft:renew-lock;
-- scheduled messages (x-opt-scheduled-enqueue-time).
+- scheduled messages (x-opt-scheduled-enqueue-time);
+- sessions on the queues whose name ends with --session-suffix: a message
+  without a session id (group-id) is rejected; receivers must attach with the
+  com.microsoft:session-filter source filter, naming a session or none (the
+  next session with available messages, the attach answered when one has
+  some or failed with com.microsoft:timeout after the link's
+  com.microsoft:timeout); the granted session id is echoed in the filter and
+  its lock expiry in the com.microsoft:locked-until-utc link property; one
+  session is locked by one link at a time (com.microsoft:session-cannot-be-
+  locked otherwise), its messages are delivered in sequence order under the
+  session lock, com.microsoft:renew-session-lock on $management extends it,
+  and when it expires the link is detached with com.microsoft:session-lock-lost
+  and its unsettled messages come back with the delivery count raised, as
+  they do when the link closes.
 
-Usage: sbserver.py --port PORT [--lock-duration SECONDS]. It listens on
-127.0.0.1 only and prints "ready" when it accepts connections.
+Usage: sbserver.py --port PORT [--lock-duration SECONDS] [--session-suffix S].
+It listens on 127.0.0.1 only and prints "ready" when it accepts connections.
 """
 
 import argparse
@@ -31,14 +44,23 @@ import sys
 import time
 import uuid
 
-from proton import Array, Condition, Data, Delivery, Message, UNDESCRIBED, int32, symbol, timestamp
-from proton import Described
-from proton.handlers import IncomingMessageHandler, MessagingHandler
+from proton import Array, Condition, Data, Delivery, Message, UNDESCRIBED, int32, symbol, timestamp, ulong
+from proton import Described, Terminus
+from proton.handlers import EndpointStateHandler, IncomingMessageHandler, MessagingHandler
 from proton.reactor import Container
 
 DEAD_LETTER = "com.microsoft:dead-letter"
 LOCK_LOST = "com.microsoft:message-lock-lost"
 DLQ_SUFFIX = "/$DeadLetterQueue"
+SESSION_FILTER = "com.microsoft:session-filter"
+SESSION_FILTER_CODE = 0x00000137000000C
+SESSION_LOCK_LOST = "com.microsoft:session-lock-lost"
+SESSION_CANNOT_BE_LOCKED = "com.microsoft:session-cannot-be-locked"
+TIMEOUT = "com.microsoft:timeout"
+NOT_ALLOWED = "amqp:not-allowed"
+LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"
+EPOCH_TICKS = 621355968000000000  # 1970-01-01 in .NET ticks (100 ns)
+NO_SESSION = object()  # the filter value of "accept the next session"
 
 
 def now_ms():
@@ -54,6 +76,7 @@ class Entry:
         self.failed_deliveries = 0
         self.tag = None  # current lock token while locked
         self.locked_until = 0
+        self.session = None  # the session id on a session-enabled queue
 
     def scheduled(self):
         ann = self.msg.annotations or {}
@@ -102,15 +125,58 @@ def split_batch(raw):
     return [m]
 
 
+class SessionLock:
+    def __init__(self, queue, sid, link, until):
+        self.queue = queue
+        self.sid = sid
+        self.link = link
+        self.locked_until = until
+
+
+def session_filter(link):
+    """The value of the remote source's session filter: NO_SESSION for
+    "next available", the session id, or None without the filter."""
+    f = link.remote_source.filter
+    f.rewind()
+    if not f.next():
+        return None
+    filters = f.get_object() or {}
+    for name, value in filters.items():
+        if str(name) == SESSION_FILTER:
+            v = value.value if isinstance(value, Described) else value
+            return NO_SESSION if v is None else str(v)
+    return None
+
+
+class Endpoints(EndpointStateHandler):
+    """Opens remotely opened links unless the server defers the answer (an
+    accept-next-session attach waits for a session to become available)."""
+
+    def __init__(self, server):
+        super().__init__(False, server)
+        self.server = server
+
+    def on_link_remote_open(self, event):
+        if self.is_local_uninitialised(event.link):
+            if not self.server.open_link(event.link):
+                return
+        super().on_link_remote_open(event)
+
+
 class Server(MessagingHandler):
-    def __init__(self, port, lock_ms):
+    def __init__(self, port, lock_ms, session_suffix):
         super().__init__(prefetch=100, auto_accept=False, auto_settle=True)
         # Incoming transfers are read raw here (on_delivery) so that a batch
         # (one AMQP message whose data sections are encoded messages) can be
         # split; proton's own handler would decode only one body section.
-        self.handlers = [h for h in self.handlers if not isinstance(h, IncomingMessageHandler)]
+        self.handlers = [Endpoints(self) if isinstance(h, EndpointStateHandler) else h
+                         for h in self.handlers if not isinstance(h, IncomingMessageHandler)]
         self.port = port
         self.lock_ms = lock_ms
+        self.session_suffix = session_suffix
+        self.sessions = {}  # (queue, session id) -> SessionLock
+        self.session_links = {}  # link -> SessionLock
+        self.pending = []  # (link, queue, deadline ms): accept-next attaches waiting
         self.queues = {}  # name -> [Entry]
         self.consumers = {}  # name -> [link]
         self.reply_links = {}  # reply-to address -> link
@@ -126,9 +192,117 @@ class Server(MessagingHandler):
 
     def on_timer_task(self, event):
         self.expire_locks()
+        self.expire_sessions()
+        self.grant_pending()
         for name in list(self.consumers):
             self.pump(name)
+        for lock in list(self.session_links.values()):
+            self.pump_session(lock)
         event.container.schedule(0.05, self)
+
+    def is_session_queue(self, name):
+        return bool(self.session_suffix) and name.endswith(self.session_suffix)
+
+    def open_link(self, link):
+        """Called before a remotely opened link is opened here; False defers
+        or refuses it (this method then answers the attach itself)."""
+        if link.is_receiver:
+            return True
+        address = link.remote_source.address
+        if address == "$cbs" or address.endswith("$management"):
+            return True
+        sid = session_filter(link)
+        if self.is_session_queue(address):
+            if sid is None:
+                self.refuse(link, NOT_ALLOWED, "The entity %s requires sessions: a receiver must accept a session." % address)
+                return False
+            if sid is NO_SESSION:
+                timeout = (link.remote_properties or {}).get(symbol(TIMEOUT), 60000)
+                self.pending.append((link, address, now_ms() + int(timeout)))
+                self.grant_pending()
+                return False
+            lock = self.sessions.get((address, sid))
+            if lock is not None and lock.link is not None:
+                self.refuse(link, SESSION_CANNOT_BE_LOCKED, "The session %s is locked by another receiver." % sid)
+                return False
+            self.grant(link, address, sid)
+            return False
+        if sid is not None:
+            self.refuse(link, NOT_ALLOWED, "The entity %s does not have sessions enabled." % address)
+            return False
+        return True
+
+    def refuse(self, link, condition, description):
+        # A refused attach: answered with a null source, then detached with
+        # the error (AMQP 1.0 section 2.6.3).
+        link.source.type = Terminus.UNSPECIFIED
+        link.target.address = link.remote_target.address
+        link.open()
+        link.condition = Condition(symbol(condition), description)
+        link.close()
+
+    def available_session(self, queue):
+        t = now_ms()
+        for e in self.queues.get(queue, []):
+            if e.session is None or e.tag is not None or e.visible_at > t:
+                continue
+            lock = self.sessions.get((queue, e.session))
+            if lock is None or lock.link is None:
+                return e.session
+        return None
+
+    def grant_pending(self):
+        t = now_ms()
+        for item in list(self.pending):
+            link, queue, deadline = item
+            if not (link.state & link.REMOTE_ACTIVE):
+                self.pending.remove(item)
+                continue
+            sid = self.available_session(queue)
+            if sid is not None:
+                self.pending.remove(item)
+                self.grant(link, queue, sid)
+            elif deadline <= t:
+                self.pending.remove(item)
+                self.refuse(link, TIMEOUT, "No session available to accept within the timeout.")
+
+    def grant(self, link, queue, sid):
+        until = now_ms() + self.lock_ms
+        lock = SessionLock(queue, sid, link, until)
+        self.sessions[(queue, sid)] = lock
+        self.session_links[link] = lock
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
+        link.source.address = queue
+        link.target.address = link.remote_target.address
+        link.source.filter.put_object({symbol(SESSION_FILTER): Described(ulong(SESSION_FILTER_CODE), sid)})
+        link.properties = {symbol(LOCKED_UNTIL_UTC): EPOCH_TICKS + until * 10000}
+        link.open()
+        self.pump_session(lock)
+
+    def release_session(self, lock, count_failed=True):
+        """Ends lock's hold on its session: its unsettled messages become
+        available again."""
+        if self.sessions.get((lock.queue, lock.sid)) is lock:
+            del self.sessions[(lock.queue, lock.sid)]
+        if lock.link is not None:
+            self.session_links.pop(lock.link, None)
+            lock.link = None
+        for tag, (name, e) in list(self.locked.items()):
+            if name == lock.queue and e.session == lock.sid:
+                self.unlock(tag)
+                if count_failed:
+                    e.failed_deliveries += 1
+        self.grant_pending()
+
+    def expire_sessions(self):
+        t = now_ms()
+        for lock in list(self.session_links.values()):
+            if lock.locked_until < t:
+                link = lock.link
+                self.release_session(lock)
+                link.condition = Condition(symbol(SESSION_LOCK_LOST), "The session lock has expired.")
+                link.close()
 
     def on_link_opening(self, event):
         link = event.link
@@ -160,6 +334,9 @@ class Server(MessagingHandler):
                 link = link.next(0)
 
     def forget(self, link):
+        lock = self.session_links.get(link)
+        if lock is not None:
+            self.release_session(lock)
         for links in self.consumers.values():
             if link in links:
                 links.remove(link)
@@ -168,6 +345,10 @@ class Server(MessagingHandler):
                 del self.reply_links[address]
 
     def on_sendable(self, event):
+        lock = self.session_links.get(event.link)
+        if lock is not None:
+            self.pump_session(lock)
+            return
         address = event.link.source.address
         if address in self.consumers:
             self.pump(address)
@@ -189,7 +370,15 @@ class Server(MessagingHandler):
             else:
                 self.management(address, msg)
         else:
-            for msg in split_batch(raw):
+            msgs = split_batch(raw)
+            if self.is_session_queue(address) and any(not m.group_id for m in msgs):
+                d.local.condition = Condition(symbol(NOT_ALLOWED), (
+                    "The SessionId was not set on a message, and it cannot be sent to the entity %s. "
+                    "Entities that have session support enabled can only receive messages that have the SessionId set." % address))
+                d.update(Delivery.REJECTED)
+                d.settle()
+                return
+            for msg in msgs:
                 self.enqueue(address, msg)
         d.update(Delivery.ACCEPTED)
         d.settle()
@@ -197,9 +386,17 @@ class Server(MessagingHandler):
     def enqueue(self, name, msg):
         self.seq += 1
         e = Entry(msg, self.seq)
+        if self.is_session_queue(name):
+            e.session = msg.group_id
         e.scheduled()
         self.queues.setdefault(name, []).append(e)
         self.pump(name)
+        if e.session is not None:
+            lock = self.sessions.get((name, e.session))
+            if lock is not None and lock.link is not None:
+                self.pump_session(lock)
+            else:
+                self.grant_pending()
 
     def reply(self, request, code, description, body=None):
         link = self.reply_links.get(request.reply_to)
@@ -228,6 +425,15 @@ class Server(MessagingHandler):
                 expirations.append(timestamp(e.locked_until))
             body = {"expirations": Array(UNDESCRIBED, Data.TIMESTAMP, *expirations)}
             self.reply(msg, 200, "OK", body)
+        elif op == "com.microsoft:renew-session-lock":
+            queue = address[:-len("/$management")]
+            sid = str((msg.body or {}).get("session-id"))
+            lock = self.sessions.get((queue, sid))
+            if lock is None or lock.link is None or lock.locked_until < now_ms():
+                self.reply(msg, 410, "The session lock has expired. " + SESSION_LOCK_LOST)
+                return
+            lock.locked_until = now_ms() + self.lock_ms
+            self.reply(msg, 200, "OK", {"expiration": timestamp(lock.locked_until)})
         else:
             self.reply(msg, 501, "operation %r is not implemented by this test server" % op)
 
@@ -239,19 +445,33 @@ class Server(MessagingHandler):
             return
         t = now_ms()
         for e in self.queues.get(name, []):
-            if e.tag is not None or e.visible_at > t:
+            if e.tag is not None or e.visible_at > t or e.session is not None:
                 continue
             link = next((l for l in links if l.credit > 0), None)
             if link is None:
                 return
             self.deliver(name, e, link)
 
-    def deliver(self, name, e, link):
+    def pump_session(self, lock):
+        """Delivers the session's available messages in sequence order, all
+        under the session lock."""
+        link = lock.link
+        if link is None or not (link.state & link.LOCAL_ACTIVE):
+            return
+        t = now_ms()
+        for e in self.queues.get(lock.queue, []):
+            if link.credit <= 0:
+                return
+            if e.session != lock.sid or e.tag is not None or e.visible_at > t:
+                continue
+            self.deliver(lock.queue, e, link, lock.locked_until)
+
+    def deliver(self, name, e, link, locked_until=None):
         # 16 ASCII characters: exactly the 16 bytes the client turns into the
         # lock token (proton's binding takes delivery tags as str).
         tag = secrets.token_hex(8)
         e.tag = tag
-        e.locked_until = now_ms() + self.lock_ms
+        e.locked_until = locked_until or now_ms() + self.lock_ms
         self.locked[tag] = (name, e)
         msg = e.msg
         ann = dict(msg.annotations or {})
@@ -275,7 +495,7 @@ class Server(MessagingHandler):
     def expire_locks(self):
         t = now_ms()
         for tag, (name, e) in list(self.locked.items()):
-            if e.locked_until < t:
+            if e.session is None and e.locked_until < t:
                 self.unlock(tag)
                 e.failed_deliveries += 1
 
@@ -299,6 +519,9 @@ class Server(MessagingHandler):
             outcome(event)
         finally:
             event.delivery.settle()
+        lock = self.session_links.get(event.link)
+        if lock is not None:
+            self.pump_session(lock)
 
     def complete(self, event):
         name, e = self.unlock(event.delivery.tag)
@@ -350,8 +573,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--lock-duration", type=float, default=30.0, help="seconds")
+    p.add_argument("--session-suffix", default="-sessions",
+                   help="queues whose name ends with this are session-enabled")
     args = p.parse_args()
-    c = Container(Server(args.port, int(args.lock_duration * 1000)))
+    c = Container(Server(args.port, int(args.lock_duration * 1000), args.session_suffix))
     c.allowed_mechs = "ANONYMOUS"
     c.sasl_enabled = True
     try:
