@@ -38,7 +38,9 @@ func isContract(name string) bool {
 // Project builds the Service Bus message for m: the envelope bytes as body,
 // Subject, CorrelationID, MessageID and ContentType, extra headers as string
 // application properties and the contract properties with their native AMQP
-// types (which win a name clash), and ScheduledEnqueueTime for a delay.
+// types (which win a name clash), ScheduledEnqueueTime for a delay, and
+// SessionID = the key (queue.WithKey), or for a retry or dead-letter copy
+// the session of the message it was made from.
 func Project(m *driver.Message, now time.Time) *azservicebus.Message {
 	props := make(map[string]any, len(m.Headers)+4)
 	for k, v := range m.Headers {
@@ -63,7 +65,27 @@ func Project(m *driver.Message, now time.Time) *azservicebus.Message {
 	if m.Delay > 0 {
 		msg.ScheduledEnqueueTime = ptr(now.Add(m.Delay))
 	}
+	if m.Key != "" {
+		msg.SessionID = ptr(m.Key)
+	} else if om := ReceivedMessage(m.Origin); om != nil && om.SessionID != nil {
+		msg.SessionID = ptr(*om.SessionID)
+	}
 	return msg
+}
+
+// receivedMessage returns the Service Bus message behind a delivery of this
+// package's receivers, or nil.
+func ReceivedMessage(d *driver.Delivery) *azservicebus.ReceivedMessage {
+	if d == nil {
+		return nil
+	}
+	switch tok := d.Token.(type) {
+	case *token:
+		return tok.msg
+	case *sessionToken:
+		return tok.msg
+	}
+	return nil
 }
 
 func ptr[T any](v T) *T { return &v }

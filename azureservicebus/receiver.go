@@ -27,6 +27,25 @@ type config struct {
 	maxRenewal          time.Duration
 	pollWait            time.Duration
 	logger              *slog.Logger
+
+	// sessions (SessionReceiver only)
+	maxSessions int
+	sessionIdle time.Duration
+	prefetch    int
+}
+
+func newConfig(opts []Option) config {
+	cfg := config{
+		renewEvery: 10 * time.Second, maxRenewal: time.Hour, pollWait: time.Second,
+		maxSessions: 8, sessionIdle: 2 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	return cfg
 }
 
 // WithSubscription receives from a topic subscription instead of a queue;
@@ -36,13 +55,15 @@ func WithSubscription(topic, subscription string) Option {
 	return func(c *config) { c.topic, c.subscription = topic, subscription }
 }
 
-// WithLockRenewal sets how often the locks of unsettled messages are checked
-// and renewed when they would expire before the next check (default 10s);
-// 0 disables renewal.
+// WithLockRenewal sets how often the locks of unsettled messages (of the
+// sessions held, for a SessionReceiver) are checked and renewed when they
+// would expire before the next check (default 10s); 0 disables renewal.
 func WithLockRenewal(every time.Duration) Option { return func(c *config) { c.renewEvery = every } }
 
 // WithMaxLockRenewal bounds how long one message's lock is renewed
 // (default 1h); after that the lock expires and the message is redelivered.
+// For a SessionReceiver it bounds the renewal of the session lock while one
+// message is being handled.
 func WithMaxLockRenewal(d time.Duration) Option { return func(c *config) { c.maxRenewal = d } }
 
 // WithPollWait bounds how long one Receive waits for a first message
@@ -74,13 +95,7 @@ type token struct {
 // NewReceiver opens a peek-lock receiver on queue (or, with WithSubscription,
 // on a topic subscription) and starts renewing locks.
 func NewReceiver(client *azservicebus.Client, queue string, opts ...Option) (*Receiver, error) {
-	cfg := config{renewEvery: 10 * time.Second, maxRenewal: time.Hour, pollWait: time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
-	}
+	cfg := newConfig(opts)
 	ro := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
 	var (
 		rcv *azservicebus.Receiver
@@ -131,15 +146,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	for _, m := range msgs {
 		tok := &token{msg: m, received: now}
 		r.outstanding[tok] = struct{}{}
-		sv, hasSV := m.ApplicationProperties[PropSchemaVersion]
-		ds = append(ds, &driver.Delivery{
-			Body:    m.Body,
-			Queue:   r.queue,
-			Headers: headers(m.ApplicationProperties),
-			Native:  NativeAttempts(m.DeliveryCount),
-			Gate:    Gate(sv, hasSV),
-			Token:   tok,
-		})
+		ds = append(ds, delivery(r.queue, m, tok))
 	}
 	r.mu.Unlock()
 	return ds, nil
@@ -176,10 +183,7 @@ func (r *Receiver) Ack(ctx context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return err
 	}
-	if err := r.rcv.CompleteMessage(ctx, tok.msg, nil); err != nil {
-		return settleErr("complete", err)
-	}
-	return nil
+	return complete(ctx, r.rcv, tok.msg)
 }
 
 // Release implements driver.Receiver with AbandonMessage: Service Bus
@@ -190,10 +194,7 @@ func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, _ time.Durat
 	if err != nil {
 		return err
 	}
-	if err := r.rcv.AbandonMessage(ctx, tok.msg, nil); err != nil {
-		return settleErr("abandon", err)
-	}
-	return nil
+	return abandon(ctx, r.rcv, tok.msg)
 }
 
 // DeadLetter implements driver.DeadLetterer: the message moves to the
@@ -204,14 +205,53 @@ func (r *Receiver) DeadLetter(ctx context.Context, d *driver.Delivery, dl core.D
 	if err != nil {
 		return err
 	}
+	return deadLetter(ctx, r.rcv, tok.msg, dl)
+}
+
+// settler is what azservicebus.Receiver and azservicebus.SessionReceiver
+// have in common for settling a message.
+type settler interface {
+	CompleteMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.CompleteMessageOptions) error
+	AbandonMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.AbandonMessageOptions) error
+	DeadLetterMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.DeadLetterOptions) error
+}
+
+func complete(ctx context.Context, s settler, m *azservicebus.ReceivedMessage) error {
+	if err := s.CompleteMessage(ctx, m, nil); err != nil {
+		return settleErr("complete", err)
+	}
+	return nil
+}
+
+func abandon(ctx context.Context, s settler, m *azservicebus.ReceivedMessage) error {
+	if err := s.AbandonMessage(ctx, m, nil); err != nil {
+		return settleErr("abandon", err)
+	}
+	return nil
+}
+
+func deadLetter(ctx context.Context, s settler, m *azservicebus.ReceivedMessage, dl core.DeadLetter) error {
 	opts := &azservicebus.DeadLetterOptions{Reason: ptr(string(dl.Reason))}
 	if dl.Error != "" {
 		opts.ErrorDescription = ptr(dl.Error)
 	}
-	if err := r.rcv.DeadLetterMessage(ctx, tok.msg, opts); err != nil {
+	if err := s.DeadLetterMessage(ctx, m, opts); err != nil {
 		return settleErr("dead-letter", err)
 	}
 	return nil
+}
+
+// delivery builds the runtime's view of a received message.
+func delivery(queue string, m *azservicebus.ReceivedMessage, tok any) *driver.Delivery {
+	sv, hasSV := m.ApplicationProperties[PropSchemaVersion]
+	return &driver.Delivery{
+		Body:    m.Body,
+		Queue:   queue,
+		Headers: headers(m.ApplicationProperties),
+		Native:  NativeAttempts(m.DeliveryCount),
+		Gate:    Gate(sv, hasSV),
+		Token:   tok,
+	}
 }
 
 // renewLoop renews the lock of every unsettled message that would expire

@@ -14,8 +14,9 @@ import (
 // Sender publishes envelopes through one azservicebus.Sender per queue or
 // topic, created on first use and cached. It implements driver.Sender.
 type Sender struct {
-	client *azservicebus.Client
-	now    func() time.Time
+	client          *azservicebus.Client
+	now             func() time.Time
+	sessionFallback func(*driver.Message) string
 
 	mu      sync.Mutex
 	senders map[string]*azservicebus.Sender
@@ -26,8 +27,36 @@ type Sender struct {
 // Connect with azservicebus.NewClientFromConnectionString (the emulator's
 // connection strings carry UseDevelopmentEmulator=true) or with
 // azservicebus.NewClient and an azcore.TokenCredential.
-func NewSender(client *azservicebus.Client) *Sender {
-	return &Sender{client: client, now: time.Now, senders: map[string]*azservicebus.Sender{}}
+func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
+	s := &Sender{client: client, now: time.Now, senders: map[string]*azservicebus.Sender{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// SenderOption configures a Sender.
+type SenderOption func(*Sender)
+
+// WithSessionFallback gives the session id of a message published without a
+// key (queue.WithKey) and not copied from a session message; "" leaves it
+// without one. A session-enabled entity rejects messages without a session
+// id. Returning m.Envelope.Meta.ID puts each such message in a session of
+// its own, returning a constant puts them all in one, handled in order.
+// m.Envelope is nil for a body that is not an envelope (a poison copy).
+func WithSessionFallback(f func(m *driver.Message) string) SenderOption {
+	return func(s *Sender) { s.sessionFallback = f }
+}
+
+// project is Project plus the session fallback.
+func (s *Sender) project(m *driver.Message) *azservicebus.Message {
+	msg := Project(m, s.now())
+	if msg.SessionID == nil && s.sessionFallback != nil {
+		if id := s.sessionFallback(m); id != "" {
+			msg.SessionID = &id
+		}
+	}
+	return msg
 }
 
 func (s *Sender) sender(queue string) (*azservicebus.Sender, error) {
@@ -80,7 +109,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 }
 
 func (s *Sender) sendOne(ctx context.Context, snd *azservicebus.Sender, m *driver.Message) error {
-	if err := snd.SendMessage(ctx, Project(m, s.now()), nil); err != nil {
+	if err := snd.SendMessage(ctx, s.project(m), nil); err != nil {
 		if errors.Is(err, azservicebus.ErrMessageTooLarge) {
 			return fmt.Errorf("%w: %d bytes to %s", ErrTooLarge, len(m.Body), m.Queue)
 		}
@@ -115,7 +144,7 @@ func (s *Sender) sendBatches(ctx context.Context, snd *azservicebus.Sender, msgs
 				}
 				batch = b
 			}
-			err := batch.AddMessage(Project(msgs[i], s.now()), nil)
+			err := batch.AddMessage(s.project(msgs[i]), nil)
 			if err == nil {
 				members = append(members, i)
 				break

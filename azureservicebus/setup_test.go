@@ -113,13 +113,25 @@ func newClient(t testing.TB) *azservicebus.Client {
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 
+// sessionSuffix ends the names of session-enabled test queues (the test
+// server's --session-suffix default).
+const sessionSuffix = "-sessions"
+
 // newQueue names a fresh queue. The test server creates queues on first
 // use; on a real namespace the queue and its .dlq are created through the
 // administration client (and deleted after the test).
-func newQueue(t testing.TB) string {
+func newQueue(t testing.TB) string { return makeQueue(t, false) }
+
+// newSessionQueue names a fresh session-enabled queue (its .dlq is not).
+func newSessionQueue(t testing.TB) string { return makeQueue(t, true) }
+
+func makeQueue(t testing.TB, sessions bool) string {
 	name := fmt.Sprintf("bq-%s-%d", unsafeName.ReplaceAllString(t.Name(), "_"), queueNo.Add(1))
-	if len(name) > 100 {
-		name = name[len(name)-100:]
+	if len(name) > 90 {
+		name = name[len(name)-90:]
+	}
+	if sessions {
+		name += sessionSuffix
 	}
 	if os.Getenv(EnvConnectionString) != "" {
 		adm, err := admin.NewClientFromConnectionString(connString, nil)
@@ -128,7 +140,7 @@ func newQueue(t testing.TB) string {
 		}
 		for _, q := range []string{name, name + ".dlq"} {
 			if _, err := adm.CreateQueue(context.Background(), q, &admin.CreateQueueOptions{
-				Properties: &admin.QueueProperties{LockDuration: ptr("PT5S")},
+				Properties: &admin.QueueProperties{LockDuration: ptr("PT5S"), RequiresSession: ptr(sessions && q == name)},
 			}); err != nil {
 				t.Fatalf("create queue %s: %v", q, err)
 			}
@@ -141,6 +153,17 @@ func newQueue(t testing.TB) string {
 func newTestReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...Option) *Receiver {
 	t.Helper()
 	r, err := NewReceiver(client, q, append([]Option{WithLockRenewal(500 * time.Millisecond), WithPollWait(500 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newTestSessionReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...Option) *SessionReceiver {
+	t.Helper()
+	r, err := NewSessionReceiver(client, q, append([]Option{
+		WithLockRenewal(500 * time.Millisecond), WithPollWait(500 * time.Millisecond), WithSessionIdleTimeout(500 * time.Millisecond),
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
