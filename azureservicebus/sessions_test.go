@@ -381,3 +381,65 @@ func TestSessionReceiverOptions(t *testing.T) {
 		t.Errorf("Receive after Close: %v", err)
 	}
 }
+
+// A topic's subscriptions each get every message: a plain subscription
+// through Receiver, a session-enabled one through SessionReceiver, in
+// order per key.
+func TestTopicSubscriptions(t *testing.T) {
+	client := newClient(t)
+	plainSub, sessionSub := "audit", "billing"+sessionSuffix
+	topic := newTopic(t, plainSub, sessionSub)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	plain := newTestReceiver(t, client, topic, WithSubscription(topic, plainSub))
+	defer plain.Close(context.Background())
+	sessions := newTestSessionReceiver(t, client, topic, WithSubscription(topic, sessionSub))
+	defer sessions.Close(context.Background())
+	// Attach both before publishing (the test server learns subscriptions
+	// from their links).
+	for _, r := range []driver.Receiver{plain, sessions} {
+		if ds, err := r.Receive(context.Background(), 1); err != nil || len(ds) != 0 {
+			t.Fatalf("empty subscription: %v, %d", err, len(ds))
+		}
+	}
+	publishKeyed(t, snd, topic, []string{"x", "y"}, 5)
+	var (
+		mu  sync.Mutex
+		got = map[string][]int{}
+	)
+	for name, r := range map[string]driver.Receiver{"plain": plain, "sessions": sessions} {
+		stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+			var k keyed
+			if err := m.Envelope.DecodeData(&k); err != nil {
+				return err
+			}
+			if m.Queue != topic {
+				t.Errorf("delivery queue %q, want the topic %q", m.Queue, topic)
+			}
+			mu.Lock()
+			got[name+"/"+k.Key] = append(got[name+"/"+k.Key], k.N)
+			mu.Unlock()
+			return nil
+		})
+		defer stop()
+	}
+	drivertest.WaitUntil(t, 20*time.Second, "10 messages on each subscription", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, v := range got {
+			n += len(v)
+		}
+		return n == 20
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"x", "y"} {
+		if !slices.Equal(got["sessions/"+k], []int{0, 1, 2, 3, 4}) {
+			t.Errorf("session subscription, key %s: %v", k, got["sessions/"+k])
+		}
+		if len(got["plain/"+k]) != 5 {
+			t.Errorf("plain subscription, key %s: %v", k, got["plain/"+k])
+		}
+	}
+}

@@ -159,6 +159,31 @@ func newTestReceiver(t testing.TB, client *azservicebus.Client, q string, opts .
 	return r
 }
 
+// newTopic names a fresh topic with the given subscriptions, those named
+// with sessionSuffix session-enabled. The test server makes a subscription
+// known when a link attaches to it, so receive from each before publishing.
+func newTopic(t testing.TB, subs ...string) string {
+	name := makeQueue(t, false) + "-topic"
+	if os.Getenv(EnvConnectionString) != "" {
+		adm, err := admin.NewClientFromConnectionString(connString, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adm.CreateTopic(context.Background(), name, nil); err != nil {
+			t.Fatalf("create topic %s: %v", name, err)
+		}
+		t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), name, nil) })
+		for _, sub := range subs {
+			if _, err := adm.CreateSubscription(context.Background(), name, sub, &admin.CreateSubscriptionOptions{
+				Properties: &admin.SubscriptionProperties{LockDuration: ptr("PT5S"), RequiresSession: ptr(strings.HasSuffix(sub, sessionSuffix))},
+			}); err != nil {
+				t.Fatalf("create subscription %s/%s: %v", name, sub, err)
+			}
+		}
+	}
+	return name
+}
+
 func newTestSessionReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...Option) *SessionReceiver {
 	t.Helper()
 	r, err := NewSessionReceiver(client, q, append([]Option{

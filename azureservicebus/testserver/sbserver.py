@@ -20,6 +20,9 @@ queues created on first use, and only what the transport uses:
   com.microsoft:message-lock-lost (status 410 on $management);
 - $management: com.microsoft:renew-lock;
 - scheduled messages (x-opt-scheduled-enqueue-time);
+- topics: a subscription "<topic>/Subscriptions/<name>" exists from the first
+  link attached to it, and a message sent to a topic with subscriptions is
+  copied into each of them;
 - sessions on the queues whose name ends with --session-suffix: a message
   without a session id (group-id) is rejected; receivers must attach with the
   com.microsoft:session-filter source filter, naming a session or none (the
@@ -177,6 +180,7 @@ class Server(MessagingHandler):
         self.sessions = {}  # (queue, session id) -> SessionLock
         self.session_links = {}  # link -> SessionLock
         self.pending = []  # (link, queue, deadline ms): accept-next attaches waiting
+        self.subscriptions = {}  # topic -> [subscription entity path]
         self.queues = {}  # name -> [Entry]
         self.consumers = {}  # name -> [link]
         self.reply_links = {}  # reply-to address -> link
@@ -203,12 +207,23 @@ class Server(MessagingHandler):
     def is_session_queue(self, name):
         return bool(self.session_suffix) and name.endswith(self.session_suffix)
 
+    def register(self, address):
+        """Makes a subscription known when a link names it."""
+        topic, sep, _ = address.partition("/Subscriptions/")
+        if sep:
+            path = address.split("/$")[0]
+            subs = self.subscriptions.setdefault(topic, [])
+            if path not in subs:
+                subs.append(path)
+
     def open_link(self, link):
         """Called before a remotely opened link is opened here; False defers
         or refuses it (this method then answers the attach itself)."""
         if link.is_receiver:
+            self.register(link.remote_target.address or "")
             return True
         address = link.remote_source.address
+        self.register(address)
         if address == "$cbs" or address.endswith("$management"):
             return True
         sid = session_filter(link)
@@ -371,7 +386,7 @@ class Server(MessagingHandler):
                 self.management(address, msg)
         else:
             msgs = split_batch(raw)
-            if self.is_session_queue(address) and any(not m.group_id for m in msgs):
+            if any(self.is_session_queue(path) for path in self.subscriptions.get(address, [address])) and any(not m.group_id for m in msgs):
                 d.local.condition = Condition(symbol(NOT_ALLOWED), (
                     "The SessionId was not set on a message, and it cannot be sent to the entity %s. "
                     "Entities that have session support enabled can only receive messages that have the SessionId set." % address))
@@ -384,6 +399,14 @@ class Server(MessagingHandler):
         d.settle()
 
     def enqueue(self, name, msg):
+        subs = self.subscriptions.get(name)
+        if subs:
+            raw = msg.encode()
+            for path in subs:
+                copy = Message()
+                copy.decode(raw)
+                self.enqueue(path, copy)
+            return
         self.seq += 1
         e = Entry(msg, self.seq)
         if self.is_session_queue(name):
