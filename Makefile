@@ -62,6 +62,7 @@ fuzz:
 BENCH_E2E ?= 5000x
 BENCH_SQS_E2E ?= 2000x
 BENCH_PULSAR_E2E ?= 5000x
+BENCH_ASB_E2E ?= 2000x
 bench: $(BENCHSTAT)
 	@rm -f bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./core/... | tee -a bench.txt
@@ -73,6 +74,8 @@ bench: $(BENCHSTAT)
 	@if [ -n "$$BQ_PULSAR_URL" ]; then \
 		$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_PULSAR_E2E) ./pulsar/... | tee -a bench.txt; \
 	else echo "BQ_PULSAR_URL unset: Pulsar end-to-end benchmarks skipped (scripts/pulsar-server.sh start)"; fi
+	$(GO) test -run '^$$' -bench 'Project|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./azureservicebus/... | tee -a bench.txt
+	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_ASB_E2E) ./azureservicebus/... | tee -a bench.txt
 	$(BENCHSTAT) bench.txt
 
 tidy:

@@ -186,6 +186,7 @@ type session struct {
 	id      string
 	settled chan settlement // the handed-out message's outcome
 	until   atomic.Int64    // lock expiry, unix ns
+	ticker  *time.Ticker    // lock upkeep while waiting, run loop only
 
 	mu   sync.Mutex
 	lost error // set once the session lock is gone (or the session closed)
@@ -224,6 +225,8 @@ func (s *session) check() error {
 
 func (s *session) run() {
 	defer s.close()
+	s.ticker = time.NewTicker(s.tick())
+	defer s.ticker.Stop()
 	var (
 		buf      []*azservicebus.ReceivedMessage // received, not handed out, in sequence order
 		refetch  bool                            // an abandoned message should come back first
@@ -305,15 +308,13 @@ func (s *session) fetch(wait time.Duration, n int) ([]*azservicebus.ReceivedMess
 // hand passes d to Receive, keeping the session lock meanwhile; false when
 // the receiver closed or the lock was lost first (d was not handed out).
 func (s *session) hand(d *driver.Delivery) bool {
-	t := time.NewTicker(s.tick())
-	defer t.Stop()
 	for {
 		select {
 		case s.r.out <- d:
 			return true
 		case <-s.r.ctx.Done():
 			return false
-		case <-t.C:
+		case <-s.ticker.C:
 			if !s.keep(time.Time{}) {
 				return false
 			}
@@ -324,8 +325,6 @@ func (s *session) hand(d *driver.Delivery) bool {
 // await waits for the handed-out message to be settled, renewing the
 // session lock for at most WithMaxLockRenewal.
 func (s *session) await() (settlement, bool) {
-	t := time.NewTicker(s.tick())
-	defer t.Stop()
 	since := time.Now()
 	for {
 		select {
@@ -333,7 +332,7 @@ func (s *session) await() (settlement, bool) {
 			return o, true
 		case <-s.r.ctx.Done():
 			return settlement{}, false
-		case <-t.C:
+		case <-s.ticker.C:
 			if !s.keep(since) {
 				return settlement{}, false
 			}
