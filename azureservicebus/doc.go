@@ -16,4 +16,9 @@
 // second settlement. Retries abandon natively (DeliveryCount rises) or
 // republish; dead letters go natively to the entity's dead-letter sub-queue
 // with reason and description, or as annotated copies to "<queue>.dlq".
+//
+// Session-enabled entities are read with a SessionReceiver, which holds
+// several sessions at once and hands each one's messages over one at a
+// time, in order, keeping that order across native retries; the Sender
+// puts a message's key in its SessionID.
 package azureservicebus

@@ -3,6 +3,7 @@ package azureservicebus_test
 import (
 	"context"
 	"log"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	asb "github.com/babelqueue/transports/azureservicebus"
@@ -33,6 +34,40 @@ func Example() {
 	c := queue.NewConsumer(rcv, snd, queue.WithMaxAttempts(5), queue.WithNativeDeadLetter())
 	c.Handle("urn:babel:orders:created", func(ctx context.Context, m *queue.Message) error {
 		log.Printf("order %s, attempt %d", m.Envelope.Data(), m.Envelope.Attempts)
+		return nil
+	})
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Consume a session-enabled queue: each customer's orders are handled one at
+// a time and in order, up to 16 customers at once.
+func ExampleNewSessionReceiver() {
+	ctx := context.Background()
+	client, err := azservicebus.NewClientFromConnectionString(
+		"Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+
+	snd := asb.NewSender(client)
+	defer snd.Close(ctx)
+	// The key is the session id.
+	if _, err := queue.NewPublisher(snd).Publish(ctx, "orders", "urn:babel:orders:created",
+		map[string]any{"order_id": 1042}, queue.WithKey("customer-42")); err != nil {
+		log.Fatal(err)
+	}
+
+	rcv, err := asb.NewSessionReceiver(client, "orders", asb.WithMaxSessions(16), asb.WithSessionIdleTimeout(2*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rcv.Close(ctx)
+	c := queue.NewConsumer(rcv, snd, queue.WithConcurrency(16), queue.WithNativeDeadLetter())
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, m *queue.Message) error {
+		log.Printf("customer %s: order %s", *asb.ReceivedMessage(m.Delivery).SessionID, m.Envelope.Data())
 		return nil
 	})
 	if err := c.Run(ctx); err != nil {
