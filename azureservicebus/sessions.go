@@ -60,6 +60,12 @@ type SessionReceiver struct {
 	out  chan *driver.Delivery
 	errs chan error
 
+	// Sessions receive from the broker only while a Receive is waiting, so
+	// that nothing is fetched for a consumer that stopped receiving.
+	receiving atomic.Int32
+	demandMu  sync.Mutex
+	demand    chan struct{} // closed (and replaced) when a Receive starts
+
 	start  sync.Once
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -82,7 +88,7 @@ func NewSessionReceiver(client *azservicebus.Client, queue string, opts ...Optio
 	return &SessionReceiver{
 		client: client, queue: queue, cfg: cfg,
 		out: make(chan *driver.Delivery), errs: make(chan error, cfg.maxSessions),
-		ctx: ctx, cancel: cancel,
+		demand: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}, nil
 }
 
@@ -104,6 +110,12 @@ func (r *SessionReceiver) Receive(ctx context.Context, max int) ([]*driver.Deliv
 			go r.acceptLoop()
 		}
 	})
+	r.receiving.Add(1)
+	defer r.receiving.Add(-1)
+	r.demandMu.Lock()
+	close(r.demand)
+	r.demand = make(chan struct{})
+	r.demandMu.Unlock()
 	wait := time.NewTimer(r.cfg.pollWait)
 	defer wait.Stop()
 	var ds []*driver.Delivery
@@ -238,6 +250,10 @@ func (s *session) run() {
 			return
 		}
 		if len(buf) == 0 || refetch {
+			if !s.awaitDemand() {
+				s.abandon(buf)
+				return
+			}
 			wait := s.r.cfg.pollWait
 			if len(buf) == 0 {
 				wait = s.r.cfg.sessionIdle - time.Since(idleFrom)
@@ -303,6 +319,31 @@ func (s *session) fetch(wait time.Duration, n int) ([]*azservicebus.ReceivedMess
 			slog.String("queue", s.r.queue), slog.String("session", s.id), slog.Any("error", err))
 	}
 	return nil, err
+}
+
+// awaitDemand waits until a Receive is waiting for deliveries, keeping the
+// session lock meanwhile; false when the receiver closed or the lock was
+// lost first.
+func (s *session) awaitDemand() bool {
+	r := s.r
+	for r.receiving.Load() == 0 {
+		r.demandMu.Lock()
+		demand := r.demand
+		r.demandMu.Unlock()
+		if r.receiving.Load() > 0 {
+			break
+		}
+		select {
+		case <-demand:
+		case <-r.ctx.Done():
+			return false
+		case <-s.ticker.C:
+			if !s.keep(time.Time{}) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // hand passes d to Receive, keeping the session lock meanwhile; false when
