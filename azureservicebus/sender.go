@@ -42,8 +42,10 @@ type SenderOption func(*Sender)
 // key (queue.WithKey) and not copied from a session message; "" leaves it
 // without one. A session-enabled entity rejects messages without a session
 // id. Returning m.Envelope.Meta.ID puts each such message in a session of
-// its own, returning a constant puts them all in one, handled in order.
-// m.Envelope is nil for a body that is not an envelope (a poison copy).
+// its own; returning m.Queue puts them all in one per queue, handled in
+// order (as SQS FIFO's default message group). m.Envelope is nil for a body
+// that is not an envelope (a poison copy). It is not a default because on a
+// partitioned entity the session id also picks the partition.
 func WithSessionFallback(f func(m *driver.Message) string) SenderOption {
 	return func(s *Sender) { s.sessionFallback = f }
 }
