@@ -71,6 +71,15 @@ func TestLockLossIsReported(t *testing.T) {
 	publish(t, snd, q)
 	r := newTestReceiver(t, client, q, WithLockRenewal(0))
 	defer r.Close(context.Background())
+	expectLockLoss(t, r, snd)
+}
+
+// expectLockLoss runs a consumer on r (whose lock renewal is off) whose
+// handler outlives the lock on the first delivery of the one message
+// waiting: the completion must be reported as an ack SettleError wrapping
+// ErrLockLost, and the message come back with attempts 1 (DeliveryCount 2).
+func expectLockLoss(t *testing.T, r driver.Receiver, snd *Sender) {
+	t.Helper()
 	var mu sync.Mutex
 	var attempts []int
 	errs := make(chan error, 10)
@@ -84,6 +93,7 @@ func TestLockLossIsReported(t *testing.T) {
 		}
 		return nil
 	}, queue.WithErrorHandler(func(err error) { errs <- err }), queue.WithConcurrency(2))
+	defer stop()
 	var settleErr error
 	select {
 	case settleErr = <-errs:
@@ -95,7 +105,6 @@ func TestLockLossIsReported(t *testing.T) {
 		t.Fatalf("reported %v, want an ack SettleError wrapping ErrLockLost", settleErr)
 	}
 	drivertest.WaitUntil(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 2 })
-	_ = stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if attempts[1] != 1 {

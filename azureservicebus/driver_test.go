@@ -27,31 +27,39 @@ func TestDriverSuite(t *testing.T) {
 			r := newTestReceiver(t, client, q)
 			return r, func() { _ = r.Close(context.Background()) }
 		},
-		SendRaw: func(t *testing.T, q string, body []byte, headers map[string]string) {
-			s, err := snd.sender(q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			props := map[string]any{}
-			for k, v := range headers {
-				props[k] = v
-			}
-			if err := s.SendMessage(context.Background(), &azservicebus.Message{Body: body, ApplicationProperties: props}, nil); err != nil {
-				t.Fatal(err)
-			}
-		},
-		Redelivery: lockDuration,
-		CheckProjection: func(t *testing.T, d *driver.Delivery, env *core.Envelope) {
-			m := d.Token.(*token).msg
-			if m.Subject == nil || *m.Subject != env.URN || m.CorrelationID == nil || *m.CorrelationID != env.TraceID ||
-				m.MessageID != env.Meta.ID || m.ContentType == nil || *m.ContentType != ContentType {
-				t.Errorf("native fields %v %v %v %v", m.Subject, m.CorrelationID, m.MessageID, m.ContentType)
-			}
-			if d.Headers[PropSchemaVersion] != "1" || d.Headers[PropSourceLang] != "go" ||
-				d.Headers[PropCreatedAt] != strconv.FormatInt(env.Meta.CreatedAt, 10) {
-				t.Errorf("application properties %v", d.Headers)
-			}
-		},
-		Timeout: 30 * time.Second,
+		SendRaw:         sendRaw(snd, nil),
+		Redelivery:      lockDuration,
+		CheckProjection: checkProjection,
+		Timeout:         30 * time.Second,
 	})
+}
+
+// sendRaw is the harness's SendRaw: body with exactly headers as string
+// application properties, in session sessionID when set.
+func sendRaw(snd *Sender, sessionID *string) func(t *testing.T, q string, body []byte, headers map[string]string) {
+	return func(t *testing.T, q string, body []byte, headers map[string]string) {
+		s, err := snd.sender(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		props := map[string]any{}
+		for k, v := range headers {
+			props[k] = v
+		}
+		if err := s.SendMessage(context.Background(), &azservicebus.Message{Body: body, ApplicationProperties: props, SessionID: sessionID}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func checkProjection(t *testing.T, d *driver.Delivery, env *core.Envelope) {
+	m := ReceivedMessage(d)
+	if m.Subject == nil || *m.Subject != env.URN || m.CorrelationID == nil || *m.CorrelationID != env.TraceID ||
+		m.MessageID != env.Meta.ID || m.ContentType == nil || *m.ContentType != ContentType {
+		t.Errorf("native fields %v %v %v %v", m.Subject, m.CorrelationID, m.MessageID, m.ContentType)
+	}
+	if d.Headers[PropSchemaVersion] != "1" || d.Headers[PropSourceLang] != "go" ||
+		d.Headers[PropCreatedAt] != strconv.FormatInt(env.Meta.CreatedAt, 10) {
+		t.Errorf("application properties %v", d.Headers)
+	}
 }

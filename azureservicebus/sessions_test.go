@@ -42,22 +42,11 @@ func TestSessionDriverSuite(t *testing.T) {
 			r := newTestSessionReceiver(t, client, q, WithSessionPrefetch(2))
 			return r, func() { _ = r.Close(context.Background()) }
 		},
-		SendRaw: func(t *testing.T, q string, body []byte, headers map[string]string) {
-			s, err := snd.sender(q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			props := map[string]any{}
-			for k, v := range headers {
-				props[k] = v
-			}
-			if err := s.SendMessage(context.Background(), &azservicebus.Message{Body: body, ApplicationProperties: props, SessionID: ptr("raw")}, nil); err != nil {
-				t.Fatal(err)
-			}
-		},
+		SendRaw:    sendRaw(snd, ptr("raw")),
 		Redelivery: lockDuration,
 		Ordered:    true,
 		CheckProjection: func(t *testing.T, d *driver.Delivery, env *core.Envelope) {
+			checkProjection(t, d, env)
 			m := ReceivedMessage(d)
 			if m == nil || m.SessionID == nil || *m.SessionID != d.OrderingKey || d.OrderingKey == "" {
 				t.Errorf("session message: %v, ordering key %q", m, d.OrderingKey)
@@ -70,6 +59,19 @@ func TestSessionDriverSuite(t *testing.T) {
 type keyed struct {
 	Key string `json:"key"`
 	N   int    `json:"n"`
+}
+
+// sessionQueueWith returns a client, a fresh session-enabled queue holding n
+// messages for each key (in rounds: key order within a round) and a sender,
+// closed after the test.
+func sessionQueueWith(t *testing.T, keys []string, n int) (*azservicebus.Client, string, *Sender) {
+	t.Helper()
+	client := newClient(t)
+	q := newSessionQueue(t)
+	snd := NewSender(client)
+	t.Cleanup(func() { _ = snd.Close(context.Background()) })
+	publishKeyed(t, snd, q, keys, n)
+	return client, q, snd
 }
 
 func publishKeyed(t *testing.T, snd *Sender, q string, keys []string, n int) {
@@ -99,11 +101,7 @@ func decodeKeyed(t *testing.T, m *queue.Message) keyed {
 // abandoned message is handled again before any later one, even with later
 // ones already prefetched.
 func TestSessionOrderKeptAcrossNativeRetry(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publishKeyed(t, snd, q, []string{"a", "b"}, 10)
+	client, q, snd := sessionQueueWith(t, []string{"a", "b"}, 10)
 	r := newTestSessionReceiver(t, client, q, WithSessionPrefetch(5))
 	defer r.Close(context.Background())
 	var (
@@ -136,12 +134,7 @@ func TestSessionOrderKeptAcrossNativeRetry(t *testing.T) {
 // receiver at a time, so no key is ever handled twice at once, each key is
 // handled in order, and both consumers get sessions.
 func TestSessionsAreExclusiveAcrossConsumers(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
-	publishKeyed(t, snd, q, keys, 8)
+	client, q, snd := sessionQueueWith(t, []string{"k0", "k1", "k2", "k3", "k4", "k5"}, 8)
 	var (
 		mu       sync.Mutex
 		inFlight = map[string]bool{}
@@ -185,11 +178,7 @@ func TestSessionsAreExclusiveAcrossConsumers(t *testing.T) {
 // lock durations: the message is handled once and completes, and a second
 // receiver waiting for sessions does not get it.
 func TestSessionLockRenewal(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publishKeyed(t, snd, q, []string{"slow"}, 1)
+	client, q, snd := sessionQueueWith(t, []string{"slow"}, 1)
 	var runs atomic.Int32
 	var done atomic.Bool
 	errs := make(chan error, 10)
@@ -219,43 +208,10 @@ func TestSessionLockRenewal(t *testing.T) {
 // Without renewal the session lock expires under a slow handler: its
 // completion reports ErrLockLost and the message comes back, attempts 1.
 func TestSessionLockLossIsReported(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publishKeyed(t, snd, q, []string{"slow"}, 1)
+	client, q, snd := sessionQueueWith(t, []string{"slow"}, 1)
 	r := newTestSessionReceiver(t, client, q, WithLockRenewal(0))
 	defer r.Close(context.Background())
-	var mu sync.Mutex
-	var attempts []int
-	errs := make(chan error, 10)
-	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
-		mu.Lock()
-		attempts = append(attempts, m.Envelope.Attempts)
-		first := len(attempts) == 1
-		mu.Unlock()
-		if first {
-			time.Sleep(lockDuration + time.Second)
-		}
-		return nil
-	}, queue.WithErrorHandler(func(err error) { errs <- err }))
-	defer stop()
-	var settleErr error
-	select {
-	case settleErr = <-errs:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no settlement error reported")
-	}
-	var se *queue.SettleError
-	if !errors.As(settleErr, &se) || se.Op != "ack" || !errors.Is(settleErr, ErrLockLost) {
-		t.Fatalf("reported %v, want an ack SettleError wrapping ErrLockLost", settleErr)
-	}
-	drivertest.WaitUntil(t, 20*time.Second, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 2 })
-	mu.Lock()
-	defer mu.Unlock()
-	if attempts[1] != 1 {
-		t.Errorf("redelivery at attempts %d, want 1", attempts[1])
-	}
+	expectLockLoss(t, r, snd)
 }
 
 // A session-enabled entity refuses a message without a session id; with
@@ -303,11 +259,7 @@ func receiveSome(t *testing.T, r driver.Receiver) []*driver.Delivery {
 // A republished retry copy goes to the session of the message it was made
 // from, and a settlement is refused a second time.
 func TestSessionRepublishedRetryKeepsSession(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publishKeyed(t, snd, q, []string{"k"}, 1)
+	client, q, snd := sessionQueueWith(t, []string{"k"}, 1)
 	r := newTestSessionReceiver(t, client, q)
 	defer r.Close(context.Background())
 	var mu sync.Mutex
@@ -330,11 +282,7 @@ func TestSessionRepublishedRetryKeepsSession(t *testing.T) {
 
 // Settling a session delivery twice is an error, not a second settlement.
 func TestSessionDoubleSettlement(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publishKeyed(t, snd, q, []string{"k"}, 1)
+	client, q, _ := sessionQueueWith(t, []string{"k"}, 1)
 	r := newTestSessionReceiver(t, client, q)
 	defer r.Close(context.Background())
 	d := receiveSome(t, r)[0]
@@ -448,11 +396,7 @@ func TestTopicSubscriptions(t *testing.T) {
 // delivery (the runtime abandons it), not two: a session does not fetch its
 // abandoned message again once the consumer has stopped receiving.
 func TestSessionShutdownCountsOneDelivery(t *testing.T) {
-	client := newClient(t)
-	q := newSessionQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publishKeyed(t, snd, q, []string{"a", "b", "c"}, 1)
+	client, q, snd := sessionQueueWith(t, []string{"a", "b", "c"}, 1)
 	r := newTestSessionReceiver(t, client, q, WithMaxSessions(3))
 	started := make(chan struct{}, 3)
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
