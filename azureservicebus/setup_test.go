@@ -125,11 +125,17 @@ func newQueue(t testing.TB) string { return makeQueue(t, false) }
 // newSessionQueue names a fresh session-enabled queue (its .dlq is not).
 func newSessionQueue(t testing.TB) string { return makeQueue(t, true) }
 
-func makeQueue(t testing.TB, sessions bool) string {
+// entityName names a fresh entity after the test.
+func entityName(t testing.TB) string {
 	name := fmt.Sprintf("bq-%s-%d", unsafeName.ReplaceAllString(t.Name(), "_"), queueNo.Add(1))
 	if len(name) > 90 {
 		name = name[len(name)-90:]
 	}
+	return name
+}
+
+func makeQueue(t testing.TB, sessions bool) string {
+	name := entityName(t)
 	if sessions {
 		name += sessionSuffix
 	}
@@ -163,7 +169,7 @@ func newTestReceiver(t testing.TB, client *azservicebus.Client, q string, opts .
 // with sessionSuffix session-enabled. The test server makes a subscription
 // known when a link attaches to it, so receive from each before publishing.
 func newTopic(t testing.TB, subs ...string) string {
-	name := makeQueue(t, false) + "-topic"
+	name := entityName(t) + "-topic"
 	if os.Getenv(EnvConnectionString) != "" {
 		adm, err := admin.NewClientFromConnectionString(connString, nil)
 		if err != nil {
