@@ -18,23 +18,25 @@ import (
 
 const testURN = "urn:babel:asb:test"
 
-func publish(t *testing.T, snd *Sender, q string) *core.Envelope {
+// queueWithOne returns a client, a fresh queue holding one published
+// envelope (returned too) and a sender, closed after the test.
+func queueWithOne(t *testing.T) (*azservicebus.Client, string, *Sender, *core.Envelope) {
 	t.Helper()
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	t.Cleanup(func() { _ = snd.Close(context.Background()) })
 	env, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, map[string]any{"n": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return env
+	return client, q, snd, env
 }
 
 // Lock renewal keeps a handler that runs for two and a half lock durations
 // in possession of its message: it completes once, DeliveryCount 1.
 func TestLockRenewalKeepsLongHandler(t *testing.T) {
-	client := newClient(t)
-	q := newQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publish(t, snd, q)
+	client, q, snd, _ := queueWithOne(t)
 	r := newTestReceiver(t, client, q)
 	defer r.Close(context.Background())
 	var runs, attempts atomic.Int32
@@ -64,11 +66,7 @@ func TestLockRenewalKeepsLongHandler(t *testing.T) {
 // reported as ErrLockLost (never a silent second settlement) and the message
 // comes back with attempts raised.
 func TestLockLossIsReported(t *testing.T) {
-	client := newClient(t)
-	q := newQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	publish(t, snd, q)
+	client, q, snd, _ := queueWithOne(t)
 	r := newTestReceiver(t, client, q, WithLockRenewal(0))
 	defer r.Close(context.Background())
 	expectLockLoss(t, r, snd)
@@ -115,11 +113,7 @@ func expectLockLoss(t *testing.T, r driver.Receiver, snd *Sender) {
 // Native dead-lettering moves the message to the dead-letter sub-queue with
 // its reason and description.
 func TestNativeDeadLetter(t *testing.T) {
-	client := newClient(t)
-	q := newQueue(t)
-	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	env := publish(t, snd, q)
+	client, q, snd, env := queueWithOne(t)
 	r := newTestReceiver(t, client, q)
 	defer r.Close(context.Background())
 	var runs atomic.Int32

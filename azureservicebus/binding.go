@@ -3,6 +3,7 @@ package azureservicebus
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -109,32 +110,10 @@ func Gate(value any, present bool) error {
 	if !present || value == nil {
 		return nil
 	}
-	var one bool
-	switch v := value.(type) {
-	case string:
+	if v, ok := value.(string); ok {
 		return core.CheckSchemaVersion(v, true)
-	case int8:
-		one = v == 1
-	case int16:
-		one = v == 1
-	case int32:
-		one = v == 1
-	case int64:
-		one = v == 1
-	case int:
-		one = v == 1
-	case uint8:
-		one = v == 1
-	case uint16:
-		one = v == 1
-	case uint32:
-		one = v == 1
-	case uint64:
-		one = v == 1
-	case uint:
-		one = v == 1
 	}
-	if one {
+	if rv := reflect.ValueOf(value); rv.CanInt() && rv.Int() == 1 || rv.CanUint() && rv.Uint() == 1 {
 		return nil
 	}
 	return &core.DecodeError{Pointer: PropSchemaVersion, Detail: fmt.Sprintf("%T(%v)", value, value), Err: core.ErrSchemaVersionGate}

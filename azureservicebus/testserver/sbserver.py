@@ -295,7 +295,7 @@ class Server(MessagingHandler):
         link.open()
         self.pump_session(lock)
 
-    def release_session(self, lock, count_failed=True):
+    def release_session(self, lock):
         """Ends lock's hold on its session: its unsettled messages become
         available again."""
         if self.sessions.get((lock.queue, lock.sid)) is lock:
@@ -306,8 +306,7 @@ class Server(MessagingHandler):
         for tag, (name, e) in list(self.locked.items()):
             if name == lock.queue and e.session == lock.sid:
                 self.unlock(tag)
-                if count_failed:
-                    e.failed_deliveries += 1
+                e.failed_deliveries += 1
         self.grant_pending()
 
     def expire_sessions(self):
@@ -536,29 +535,27 @@ class Server(MessagingHandler):
         self.settled(self.release, event)
 
     def settled(self, outcome, event):
-        # In receiver-settle-mode second the client waits for our settlement
+        # outcome(delivery, queue name, entry) runs on a delivery whose lock
+        # is still held; a stale lock token is refused as lock lost. In
+        # receiver-settle-mode second the client waits for our settlement
         # (proton's auto_settle only settles what the peer settled first).
+        d = event.delivery
         try:
-            outcome(event)
+            name, e = self.unlock(d.tag)
+            if e is None:
+                self.lock_lost(d)
+            else:
+                outcome(d, name, e)
         finally:
-            event.delivery.settle()
+            d.settle()
         lock = self.session_links.get(event.link)
         if lock is not None:
             self.pump_session(lock)
 
-    def complete(self, event):
-        name, e = self.unlock(event.delivery.tag)
-        if e is None:
-            self.lock_lost(event.delivery)
-            return
+    def complete(self, d, name, e):
         self.queues[name].remove(e)
 
-    def reject(self, event):
-        d = event.delivery
-        name, e = self.unlock(d.tag)
-        if e is None:
-            self.lock_lost(d)
-            return
+    def reject(self, d, name, e):
         cond = d.remote.condition
         if cond is not None and str(cond.name) == DEAD_LETTER:
             self.queues[name].remove(e)
@@ -575,12 +572,7 @@ class Server(MessagingHandler):
             e.failed_deliveries += 1
         self.pump(name)
 
-    def release(self, event):
-        d = event.delivery
-        name, e = self.unlock(d.tag)
-        if e is None:
-            self.lock_lost(d)
-            return
+    def release(self, d, name, e):
         if d.remote_state == Delivery.MODIFIED:
             # Service Bus counts an abandon (modified) as a failed delivery,
             # whatever its delivery-failed flag; a release does not count.

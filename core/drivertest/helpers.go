@@ -2,6 +2,8 @@ package drivertest
 
 import (
 	"context"
+	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -45,4 +47,26 @@ func WaitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// NoServer is what an integration test calls when the server it needs is
+// missing: it skips the test with why, or fails it when the CI environment
+// variable is set, because CI must not skip integration tests.
+func NoServer(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI must not skip the integration tests: %s", why)
+	}
+	t.Skip(why)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a
+// test server to listen on.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
