@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Reason says why a message was dead-lettered.
@@ -45,10 +46,32 @@ func NewDeadLetter(reason Reason, err error, originalQueue string, attempts int,
 		Lang:          Lang,
 	}
 	if err != nil {
-		dl.Error = err.Error()
+		dl.Error = TruncateError(err.Error(), MaxDeadLetterError)
 		dl.Exception = errorType(err)
 	}
 	return dl
+}
+
+// MaxDeadLetterError bounds dead_letter.error in bytes, so that a huge
+// handler error cannot push a dead-letter copy past the broker's message
+// size limit.
+const MaxDeadLetterError = 4096
+
+// TruncateError returns s cut to at most max bytes at a UTF-8 boundary, with
+// a marker saying how long it was; s itself when it fits.
+func TruncateError(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	marker := fmt.Sprintf(" …[truncated, %d bytes]", len(s))
+	cut := max - len(marker)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + marker
 }
 
 func errorType(err error) string {
@@ -155,11 +178,11 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 			}
 			d.FailedAt = n
 		case "attempts":
-			n, ok := parseUint(val)
-			if !ok || n > maxInt {
+			n, ok := parseCount(val)
+			if !ok {
 				return decodeErr(ErrFieldType, "/dead_letter/attempts", "got %s", val)
 			}
-			d.Attempts = int(n)
+			d.Attempts = n
 		default:
 			extras = append(extras, member{key, val})
 		}
@@ -169,4 +192,48 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 	}
 	d.extra = keep(extras)
 	return nil
+}
+
+// PointerData describes where a message is that was too large to copy into
+// a dead-letter destination. It is the data of the stand-in copy published
+// instead, under the key "bq_oversized".
+type PointerData struct {
+	// Queue is the queue or topic the original was consumed from.
+	Queue string
+	// ID is the original's meta.id (or its bq-message-id header).
+	ID string
+	// Position is the broker's position or message id of the original.
+	Position string
+	// Bytes is the original body's size.
+	Bytes int
+}
+
+func (p PointerData) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"bq_oversized":{"queue":`...)
+	dst = appendString(dst, p.Queue)
+	dst = append(dst, `,"id":`...)
+	dst = appendString(dst, p.ID)
+	dst = append(dst, `,"position":`...)
+	dst = appendString(dst, p.Position)
+	dst = append(dst, `,"bytes":`...)
+	dst = strconv.AppendInt(dst, int64(p.Bytes), 10)
+	return append(dst, "}}"...)
+}
+
+// MarshalPointer encodes p as the JSON object a stand-in copy carries.
+func MarshalPointer(p PointerData) ([]byte, error) { return p.appendJSON(nil), nil }
+
+// Pointer returns a small stand-in for e: the same job, trace_id and meta
+// contract fields, attempts and dead_letter, with data replaced by p and no
+// unknown keys. It is what a dead-letter destination receives when even the
+// original body does not fit there.
+func (e *Envelope) Pointer(p PointerData) *Envelope {
+	c := e.clone()
+	c.data = p.appendJSON(nil)
+	c.extra = nil
+	c.Meta.extra = nil
+	if c.DeadLetter != nil {
+		c.DeadLetter.extra = nil
+	}
+	return c
 }

@@ -105,15 +105,18 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 				return nil, decodeErr(ErrMetaNotObject, "/meta", "got %s", jsonKind(val))
 			}
 			haveMeta = true
+			// A duplicated "meta" keeps the last object, as every other
+			// SDK's JSON parser does: never a merge of the two.
+			e.Meta = Meta{}
 			if err := decodeMeta(&e.Meta, val, &cfg); err != nil {
 				return nil, err
 			}
 		case "attempts":
-			n, ok := parseUint(val)
-			if !ok || n > maxInt {
+			n, ok := parseCount(val)
+			if !ok {
 				return nil, decodeErr(ErrAttempts, "/attempts", "got %s", val)
 			}
-			e.Attempts = int(n)
+			e.Attempts = n
 		case "dead_letter":
 			if string(val) == "null" {
 				continue
@@ -161,8 +164,6 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 	}
 	return e, nil
 }
-
-const maxInt = int64(^uint(0) >> 1)
 
 func (c *decodeConfig) report(pointer string, val []byte) {
 	if c.quiet {

@@ -172,6 +172,40 @@ func parseUint(b []byte) (int64, bool) {
 	return n, true
 }
 
+// parseCount parses a non-negative JSON integer of any length, saturating at
+// the largest int: the contract allows any integer ≥ 0 (the Python SDK writes
+// 2^63 when it retries a message at MaxInt64), and a count that large is
+// exhausted under any max-attempts setting.
+func parseCount(b []byte) (int, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	n, sat := 0, false
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if sat {
+			continue
+		}
+		d := int(c - '0')
+		if n > (maxIntValue-d)/10 {
+			n, sat = maxIntValue, true
+			continue
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+const maxIntValue = int(^uint(0) >> 1)
+
+// ParseAttempts parses a native attempts header or property ("3"): a
+// non-negative decimal integer, saturating at the largest int instead of
+// failing on overflow. ok is false for anything else (empty, signed,
+// non-digits).
+func ParseAttempts(s string) (n int, ok bool) { return parseCount([]byte(s)) }
+
 // appendString appends s as a JSON string: only '"', '\\' and control
 // characters are escaped; HTML characters, '/' and non-ASCII stay as they are,
 // as the wire contract requires. Invalid UTF-8 becomes U+FFFD.
