@@ -1,10 +1,22 @@
 // Package idempotency collapses at-least-once delivery into an exactly-once
-// effect: a seen-set keyed on meta.id, remembered only after the handler
-// succeeds. It is post-success dedupe, not an in-flight lock: two concurrent
-// deliveries of one id may both run.
+// effect, keyed on meta.id.
+//
+// A Store is the contract's seen-set: Seen, Remember, Forget. A store that
+// also implements Claimer gives the atomic contract every shared store must
+// meet, and which Do and Middleware use whenever the store has it:
+//
+//	claim → run → remember   (or release the claim when the handler fails)
+//
+// Claim is atomic: of any number of concurrent copies of one id, exactly
+// one holds the claim and runs; the others see ErrInProgress (the delivery
+// is retried after the backoff, by which time the holder has remembered the
+// id, so the retry is acknowledged without running). A claim carries a
+// lease: if the process holding it dies, the claim expires and a later
+// delivery runs again. Release and Complete only touch the caller's own
+// claim.
 //
 // A message without a usable meta.id cannot be deduplicated and always runs
-// (fail open). A handler error leaves the id unmarked, so a redelivery runs
+// (fail open). A handler error releases the claim, so a redelivery runs
 // again.
 package idempotency
 
@@ -14,8 +26,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/babelqueue/transports/core/queue"
+	"github.com/google/uuid"
 )
 
 // Store is a seen-set. Implementations backed by Redis or a database share
@@ -29,15 +43,113 @@ type Store interface {
 	Forget(ctx context.Context, key string) error
 }
 
-// Do runs fn unless key was already remembered in store, and remembers key
-// when fn succeeds. ran reports whether fn was invoked. An empty key always
-// runs fn. A store error on Seen is returned without running fn (the
-// delivery is retried rather than risking a second effect); an error on
-// Remember after fn succeeded is returned so the caller can report it, but
-// the effect has happened.
-func Do(ctx context.Context, store Store, key string, fn func(context.Context) error) (ran bool, err error) {
+// ClaimState is the result of a Claim.
+type ClaimState int
+
+// The results of a Claim.
+const (
+	// Claimed: the caller holds the key until its lease ends and must run
+	// the handler, then Complete or Release.
+	Claimed ClaimState = iota + 1
+	// Done: the key was remembered; the message was handled before.
+	Done
+	// Busy: another owner holds an unexpired claim on the key.
+	Busy
+)
+
+// String implements fmt.Stringer.
+func (s ClaimState) String() string {
+	switch s {
+	case Claimed:
+		return "claimed"
+	case Done:
+		return "done"
+	case Busy:
+		return "busy"
+	}
+	return fmt.Sprintf("ClaimState(%d)", int(s))
+}
+
+// Claimer is the atomic contract of a shared idempotency store.
+//
+//   - Claim atomically takes key for owner for lease, unless key is
+//     remembered (Done) or claimed by another owner whose lease has not
+//     ended (Busy). An expired claim is taken over.
+//   - Complete remembers key, ending owner's claim. If another owner has
+//     claimed key since (owner's lease ran out), it returns ErrClaimLost and
+//     changes nothing.
+//   - Release drops owner's claim so the next delivery runs; it is a no-op
+//     when owner does not hold the claim.
+//
+// Keys are meta.id verbatim: any bytes.
+type Claimer interface {
+	Store
+	Claim(ctx context.Context, key, owner string, lease time.Duration) (ClaimState, error)
+	Complete(ctx context.Context, key, owner string) error
+	Release(ctx context.Context, key, owner string) error
+}
+
+// ErrInProgress is the delivery error of a copy whose id another consumer is
+// handling right now. It is an ordinary (retryable) handler error: the copy
+// comes back after the backoff and is then acknowledged as a duplicate.
+var ErrInProgress = errors.New("babelqueue: idempotency: another delivery of this message is being handled")
+
+// ErrClaimLost is returned by Complete when the caller's claim expired and
+// another owner claimed the key.
+var ErrClaimLost = errors.New("babelqueue: idempotency: claim lost to another owner")
+
+// DefaultLease is how long a claim lasts when no lease is given: longer
+// than any handler should run, short enough that a crashed process's
+// messages run again soon.
+const DefaultLease = 5 * time.Minute
+
+// Option configures Do and Middleware.
+type Option func(*config)
+
+type config struct {
+	lease  time.Duration
+	logger *slog.Logger
+}
+
+// WithLease sets how long a claim lasts (default DefaultLease). Set it above
+// the longest handler run: a claim that expires while its handler still
+// runs lets a second copy run too.
+func WithLease(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.lease = d
+		}
+	}
+}
+
+// WithLogger logs to l (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+func newConfig(opts []Option) config {
+	c := config{lease: DefaultLease, logger: slog.Default()}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// Do runs fn unless key was already handled, and remembers key when fn
+// succeeds. ran reports whether fn was invoked. An empty key always runs fn.
+//
+// With a Claimer store, Do claims key first: a copy handled elsewhere right
+// now returns ErrInProgress without running fn, and a failing fn releases
+// the claim. With a plain Store, Do is check-then-act: two concurrent copies
+// of one id may both run.
+//
+// A store error before fn is returned without running fn (the delivery is
+// retried rather than risking a second effect); an error remembering key
+// after fn succeeded is returned as a *RememberError: the effect happened.
+func Do(ctx context.Context, store Store, key string, fn func(context.Context) error, opts ...Option) (ran bool, err error) {
 	if key == "" {
 		return true, fn(ctx)
+	}
+	if cl, ok := store.(Claimer); ok {
+		return doClaimed(ctx, cl, key, fn, newConfig(opts))
 	}
 	seen, err := store.Seen(ctx, key)
 	if err != nil {
@@ -50,6 +162,38 @@ func Do(ctx context.Context, store Store, key string, fn func(context.Context) e
 		return true, err
 	}
 	if err := store.Remember(ctx, key); err != nil {
+		return true, &RememberError{Key: key, Err: err}
+	}
+	return true, nil
+}
+
+func doClaimed(ctx context.Context, store Claimer, key string, fn func(context.Context) error, cfg config) (bool, error) {
+	owner := uuid.NewString()
+	state, err := store.Claim(ctx, key, owner, cfg.lease)
+	if err != nil {
+		return false, fmt.Errorf("babelqueue: idempotency store: claiming %q: %w", key, err)
+	}
+	switch state {
+	case Done:
+		return false, nil
+	case Busy:
+		return false, ErrInProgress
+	case Claimed:
+	default:
+		return false, fmt.Errorf("babelqueue: idempotency store: claiming %q: unexpected state %v", key, state)
+	}
+	if err := fn(ctx); err != nil {
+		// Released with a context of its own: a handler cut short by
+		// shutdown must still give its claim back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if rerr := store.Release(rctx, key, owner); rerr != nil {
+			cfg.logger.Warn("babelqueue: idempotency store could not release a claim; it expires after its lease",
+				slog.String("id", key), slog.Duration("lease", cfg.lease), slog.Any("error", rerr))
+		}
+		cancel()
+		return true, err
+	}
+	if err := store.Complete(context.WithoutCancel(ctx), key, owner); err != nil {
 		return true, &RememberError{Key: key, Err: err}
 	}
 	return true, nil
@@ -70,31 +214,48 @@ func (e *RememberError) Error() string {
 // Unwrap returns the store's error.
 func (e *RememberError) Unwrap() error { return e.Err }
 
-// MemoryStore is a process-local Store. The zero value is ready to use.
+// MemoryStore is a process-local Claimer. The zero value is ready to use.
 type MemoryStore struct {
 	mu   sync.Mutex
-	seen map[string]struct{}
+	keys map[string]memEntry
+	now  func() time.Time
+}
+
+type memEntry struct {
+	done  bool
+	owner string
+	until time.Time
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
 
+func (s *MemoryStore) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+func (s *MemoryStore) init() {
+	if s.keys == nil {
+		s.keys = map[string]memEntry{}
+	}
+}
+
 // Seen implements Store.
 func (s *MemoryStore) Seen(_ context.Context, key string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.seen[key]
-	return ok, nil
+	return s.keys[key].done, nil
 }
 
 // Remember implements Store.
 func (s *MemoryStore) Remember(_ context.Context, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.seen == nil {
-		s.seen = map[string]struct{}{}
-	}
-	s.seen[key] = struct{}{}
+	s.init()
+	s.keys[key] = memEntry{done: true}
 	return nil
 }
 
@@ -102,7 +263,46 @@ func (s *MemoryStore) Remember(_ context.Context, key string) error {
 func (s *MemoryStore) Forget(_ context.Context, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.seen, key)
+	delete(s.keys, key)
+	return nil
+}
+
+// Claim implements Claimer.
+func (s *MemoryStore) Claim(_ context.Context, key, owner string, lease time.Duration) (ClaimState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	now := s.clock()
+	e, ok := s.keys[key]
+	switch {
+	case e.done:
+		return Done, nil
+	case ok && e.owner != owner && now.Before(e.until):
+		return Busy, nil
+	}
+	s.keys[key] = memEntry{owner: owner, until: now.Add(lease)}
+	return Claimed, nil
+}
+
+// Complete implements Claimer.
+func (s *MemoryStore) Complete(_ context.Context, key, owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	if e, ok := s.keys[key]; ok && !e.done && e.owner != owner {
+		return ErrClaimLost
+	}
+	s.keys[key] = memEntry{done: true}
+	return nil
+}
+
+// Release implements Claimer.
+func (s *MemoryStore) Release(_ context.Context, key, owner string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.keys[key]; ok && !e.done && e.owner == owner {
+		delete(s.keys, key)
+	}
 	return nil
 }
 
@@ -110,23 +310,35 @@ func (s *MemoryStore) Forget(_ context.Context, key string) error {
 func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.seen)
+	n := 0
+	for _, e := range s.keys {
+		if e.done {
+			n++
+		}
+	}
+	return n
 }
 
-// Middleware skips (and acknowledges) a message whose meta.id store already
-// remembers, and remembers the id after the handler succeeds. A store
-// failure on lookup fails the delivery (it is retried) rather than risking
-// a second effect.
-func Middleware(store Store) queue.Middleware {
+// Middleware acknowledges, without running the handler, a message whose
+// meta.id was already handled (outcome queue.OutcomeSkipped), and remembers
+// the id after the handler succeeds. With a Claimer store, concurrent copies
+// of one id run the handler once (see Do). A store failure before the
+// handler fails the delivery (it is retried) rather than risking a second
+// effect.
+func Middleware(store Store, opts ...Option) queue.Middleware {
+	cfg := newConfig(opts)
 	return func(next queue.HandlerFunc) queue.HandlerFunc {
 		return func(ctx context.Context, m *queue.Message) error {
-			_, err := Do(ctx, store, m.Envelope.Meta.ID, func(ctx context.Context) error { return next(ctx, m) })
+			ran, err := Do(ctx, store, m.Envelope.Meta.ID, func(ctx context.Context) error { return next(ctx, m) }, opts...)
 			var re *RememberError
-			if errors.As(err, &re) {
+			switch {
+			case errors.As(err, &re):
 				// The effect happened; retrying would repeat it. Report and ack.
-				slog.Default().Warn("babelqueue: idempotency store could not remember a handled message",
+				cfg.logger.Warn("babelqueue: idempotency store could not remember a handled message",
 					slog.String("id", re.Key), slog.Any("error", re.Err))
 				return nil
+			case err == nil && !ran:
+				return queue.ErrSkip
 			}
 			return err
 		}
