@@ -113,6 +113,11 @@ type Delivery struct {
 	OrderingKey string
 	// Token is the driver's own handle (receipt handle, record, lock token).
 	Token any
+	// Position says where the broker holds the message, for operators and
+	// for the pointer a too-large dead-letter copy is replaced with (Kafka
+	// "topic/partition@offset", an SQS or Service Bus message id, a Pulsar
+	// message id); "" when the driver has none.
+	Position string
 }
 
 // Capabilities says what a Receiver supports natively.
@@ -142,6 +147,47 @@ type Receiver interface {
 	Release(ctx context.Context, d *Delivery, delay time.Duration) error
 	// Capabilities describes the native features.
 	Capabilities() Capabilities
+}
+
+// ErrTooLarge is wrapped by a Sender's error when a message exceeds the
+// broker's size limit. The runtime then falls back to a smaller dead-letter
+// copy instead of retrying a publish that can never succeed.
+var ErrTooLarge = errors.New("babelqueue: message exceeds the broker's size limit")
+
+// SizeLimiter is implemented by senders that know the broker's message size
+// limit, so the runtime can check a retry or dead-letter copy before it
+// publishes it.
+type SizeLimiter interface {
+	// MaxMessageBytes is the largest body the sender can publish to queue
+	// with its native headers (0: unknown).
+	MaxMessageBytes(queue string) int
+}
+
+// Superseder is implemented by receivers that can invalidate deliveries they
+// already returned: Kafka after a partition was rewound or revoked. The
+// runtime does not handle a superseded delivery and settles nothing for it;
+// the receiver delivers it again, or the partition's new owner does.
+type Superseder interface {
+	Superseded(d *Delivery) bool
+}
+
+// Plan tells a Preparer what the consumer is about to do.
+type Plan struct {
+	// DeadLetterQueue maps a consumed queue to the queue its dead-letter
+	// copies are published to; nil when the consumer publishes none
+	// (dead-lettering off, or native).
+	DeadLetterQueue func(queue string) string
+	// Republish is true when retry copies are published (rather than
+	// released natively).
+	Republish bool
+}
+
+// Preparer is implemented by receivers that check, before the first
+// Receive, that the broker can be reached and that every destination the
+// consumer will publish to exists. Consumer.Run calls it and fails with its
+// error, which names the address or queue at fault.
+type Preparer interface {
+	Prepare(ctx context.Context, p Plan) error
 }
 
 // DeadLetterer is implemented by receivers that can move a delivery to the

@@ -43,6 +43,7 @@ type Broker struct {
 	wait       time.Duration
 	seq        uint64
 	changed    chan struct{}
+	maxBytes   map[string]int
 }
 
 type mqueue struct {
@@ -68,6 +69,19 @@ func WithVisibilityTimeout(d time.Duration) Option { return func(b *Broker) { b.
 
 // WithWaitTime sets how long an empty Receive blocks (default 1s).
 func WithWaitTime(d time.Duration) Option { return func(b *Broker) { b.wait = d } }
+
+// WithMaxMessageBytes makes queue refuse bodies larger than n bytes, as a
+// real broker's size limit does: Send fails with an error wrapping
+// driver.ErrTooLarge, and the Sender reports n as the queue's
+// MaxMessageBytes.
+func WithMaxMessageBytes(queue string, n int) Option {
+	return func(b *Broker) {
+		if b.maxBytes == nil {
+			b.maxBytes = map[string]int{}
+		}
+		b.maxBytes[queue] = n
+	}
+}
 
 // New returns an empty broker.
 func New(opts ...Option) *Broker {
@@ -126,6 +140,9 @@ func Project(m *driver.Message) map[string]string {
 	return h
 }
 
+// MaxMessageBytes implements driver.SizeLimiter (0: no limit).
+func (s sender) MaxMessageBytes(queue string) int { return s.b.maxBytes[queue] }
+
 func (s sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -134,6 +151,17 @@ func (s sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	errs := make([]error, len(msgs))
+	failed := false
+	for i, m := range msgs {
+		if max := b.maxBytes[m.Queue]; max > 0 && len(m.Body) > max {
+			errs[i] = fmt.Errorf("memqueue: %d bytes to %s: %w (limit %d)", len(m.Body), m.Queue, driver.ErrTooLarge, max)
+			failed = true
+		}
+	}
+	if failed {
+		return driver.SendResult(errs)
+	}
 	for _, m := range msgs {
 		b.seq++
 		b.q(m.Queue).msgs = append(b.q(m.Queue).msgs, &entry{

@@ -69,6 +69,11 @@ func callSafely(ctx context.Context, h HandlerFunc, m *Message) (err error) {
 // handler under the UnknownFail strategy.
 var ErrUnknownURN = errors.New("babelqueue: no handler registered for URN")
 
+// ErrSkip, returned by a handler (or wrapped in its error), acknowledges the
+// message without handling it, with outcome OutcomeSkipped: a duplicate the
+// idempotency middleware recognised, say. It spends no attempt.
+var ErrSkip = errors.New("babelqueue: message skipped")
+
 // permanentError marks an error that must not be retried.
 type permanentError struct{ err error }
 
