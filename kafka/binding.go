@@ -70,8 +70,8 @@ func NativeAttempts(value string, present bool) core.NativeAttempts {
 	if !present {
 		return core.NativeAttempts{}
 	}
-	n, err := strconv.Atoi(value)
-	if err != nil || n < 0 {
+	n, ok := core.ParseAttempts(value)
+	if !ok {
 		return core.NativeAttempts{}
 	}
 	return core.NativeAttempts{Count: n, Known: true, Authoritative: true}

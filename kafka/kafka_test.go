@@ -215,11 +215,12 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	}
 }
 
-// Retry copies go to the delay tier with bq-delay and bq-original-topic and
-// are held until the delay passed; the dead letter names the original topic.
+// Retry copies go to the delay tier with bq-delay (the consumer's backoff)
+// and bq-original-topic and are held until the delay passed; the dead letter
+// names the original topic.
 func TestRetryTiers(t *testing.T) {
 	topic := newTopics(t, 1, ".retry.1", ".retry.2")
-	snd := newTestSender(t, WithRetryTiers(300*time.Millisecond, 600*time.Millisecond))
+	snd := newTestSender(t, WithRetryTiers(2))
 	publishN(t, snd, topic, 1, false)
 
 	type run struct {
@@ -234,10 +235,11 @@ func TestRetryTiers(t *testing.T) {
 	defer r.Close(context.Background())
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
-		runs = append(runs, run{time.Now(), m.Envelope.Attempts, m.Delivery.Token.(*token).rec.Topic, m.Headers})
+		runs = append(runs, run{time.Now(), m.Envelope.Attempts, m.Delivery.Token.(*slot).rec.Topic, m.Headers})
 		mu.Unlock()
 		return errors.New("always")
-	}, queue.WithMaxAttempts(3), queue.WithDeadLetter(""))
+	}, queue.WithMaxAttempts(3), queue.WithDeadLetter(""),
+		queue.WithBackoff(queue.BackoffFunc(func(a int) time.Duration { return time.Duration(a) * 300 * time.Millisecond })))
 	dlq := newTestReceiver(t, "g-dlq-"+topic, []string{topic + ".dlq"})
 	defer dlq.Close(context.Background())
 	var dead []*driver.Delivery

@@ -5,24 +5,45 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Receiver is a consumer-group member delivering records to the runtime with
-// process-then-commit offsets. It implements driver.Receiver.
+// process-then-commit offsets. It implements driver.Receiver,
+// driver.Superseder and driver.Preparer.
+//
+// Offsets: a partition's offset is committed only up to the lowest record
+// not yet settled, by a background loop every commit interval, on revoke
+// and on Close; so a crash redelivers at most what was in flight.
+//
+// Release (a retry or dead-letter copy that could not be published, or
+// shutdown) hands the record and every later record of its partition
+// already received back to the receiver, which delivers them again in
+// order after the delay, from memory, while fetching of that partition is
+// paused. Deliveries handed back are superseded: the runtime skips them, so
+// a failed copy costs at most one partition's in-flight window of repeats.
+//
+// Delay: a record carrying bq-delay (a retry copy, a delayed publish) is
+// held in memory until its timestamp plus the delay, without holding back
+// the records after it; its offset is not committed until it is settled.
 //
 // Receive must be called from one goroutine (the runtime's receive loop);
 // Ack and Release may be called from any.
 type Receiver struct {
 	cl     *kgo.Client
 	group  string
+	topics []string // the consumed topics, tiers excluded
+	seeds  []string
 	cfg    receiverConfig
 	logger *slog.Logger
 
@@ -31,9 +52,15 @@ type Receiver struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
 	parts      map[topicPartition]*partState
-	lastCommit time.Time
+	readyHeld  []*slot // held records whose delay has passed
+	pollCancel context.CancelFunc
 	closed     bool
 	killed     bool
+	warned     time.Time // last fetch warning, for rate limiting
+
+	stopCommits chan struct{}
+	stopOnce    sync.Once
+	commitsDone chan struct{}
 }
 
 type topicPartition struct {
@@ -42,26 +69,25 @@ type topicPartition struct {
 }
 
 type partState struct {
-	key         string // ordering key handed to the runtime
-	epoch       uint64 // bumped on rewind and revoke; stale acks are ignored
-	inflight    []*slot
-	commitAt    int64 // next offset to commit
+	tp          topicPartition
+	key         string  // ordering key handed to the runtime
+	inflight    []*slot // received and not yet committable, by offset
+	commitAt    int64   // next offset to commit
 	leaderEpoch int32
 	dirty       bool
-	rewind      *kgo.EpochOffset // to apply in the next Receive
-	floor       int64            // drop records below this after a rewind
+	backlog     []*kgo.Record // handed back; delivered again, in order, first
+	backlogAt   time.Time     // not before
+	held        int           // slots waiting for their bq-delay
+	paused      bool
 }
 
+// slot is one received record of a partition.
 type slot struct {
-	offset int64
-	done   bool
-}
-
-type token struct {
-	rec   *kgo.Record
-	tp    topicPartition
-	epoch uint64
-	slot  *slot
+	rec  *kgo.Record
+	part *partState
+	done bool // settled
+	gone bool // superseded: handed back, or its partition revoked
+	held bool // waiting for its bq-delay; not handed to the runtime yet
 }
 
 // ReceiverOption configures a Receiver.
@@ -73,6 +99,10 @@ type receiverConfig struct {
 	commitInterval time.Duration
 	revokeTimeout  time.Duration
 	tiers          int
+	maxHeld        int
+	createTopics   bool
+	partitions     int32
+	replication    int16
 	logger         *slog.Logger
 }
 
@@ -88,7 +118,11 @@ func WithPollWait(d time.Duration) ReceiverOption { return func(c *receiverConfi
 // WithCommitInterval sets how often settled offsets are committed (default
 // 250ms). Offsets are also committed on revoke and on Close.
 func WithCommitInterval(d time.Duration) ReceiverOption {
-	return func(c *receiverConfig) { c.commitInterval = d }
+	return func(c *receiverConfig) {
+		if d > 0 {
+			c.commitInterval = d
+		}
+	}
 }
 
 // WithRevokeTimeout bounds how long a rebalance waits for in-flight records
@@ -100,9 +134,28 @@ func WithRevokeTimeout(d time.Duration) ReceiverOption {
 }
 
 // WithRetryTierTopics also consumes the n delay-tier topics of every topic
-// (see WithRetryTiers) and holds each tier record until its bq-delay has
-// passed since its timestamp.
+// ("<topic>.retry.1" … "<topic>.retry.<n>", see WithRetryTiers).
 func WithRetryTierTopics(n int) ReceiverOption { return func(c *receiverConfig) { c.tiers = n } }
+
+// WithMaxHeld bounds how many delayed records of one partition are held in
+// memory at once (default 1000); past it, fetching of the partition pauses
+// until some are due.
+func WithMaxHeld(n int) ReceiverOption {
+	return func(c *receiverConfig) {
+		if n > 0 {
+			c.maxHeld = n
+		}
+	}
+}
+
+// WithCreateTopics makes the startup check create missing topics (consumed,
+// dead-letter and tier topics) with the given partitions and replication
+// factor (-1 for the broker's defaults), instead of failing.
+func WithCreateTopics(partitions int32, replicationFactor int16) ReceiverOption {
+	return func(c *receiverConfig) {
+		c.createTopics, c.partitions, c.replication = true, partitions, replicationFactor
+	}
+}
 
 // WithReceiverLogger logs to l (default slog.Default()).
 func WithReceiverLogger(l *slog.Logger) ReceiverOption {
@@ -113,7 +166,8 @@ func WithReceiverLogger(l *slog.Logger) ReceiverOption {
 // the earliest offset, so messages published before the first member joined
 // are not lost.
 func NewReceiver(seeds []string, group string, topics []string, opts ...ReceiverOption) (*Receiver, error) {
-	cfg := receiverConfig{pollWait: 500 * time.Millisecond, commitInterval: 250 * time.Millisecond, revokeTimeout: 10 * time.Second}
+	cfg := receiverConfig{pollWait: 500 * time.Millisecond, commitInterval: 250 * time.Millisecond,
+		revokeTimeout: 10 * time.Second, maxHeld: 1000}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -124,7 +178,10 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 	for _, t := range topics {
 		all = append(all, RetryTopics(t, cfg.tiers)...)
 	}
-	r := &Receiver{group: group, cfg: cfg, logger: cfg.logger, parts: map[topicPartition]*partState{}}
+	r := &Receiver{
+		group: group, topics: slices.Clone(topics), seeds: slices.Clone(seeds), cfg: cfg, logger: cfg.logger,
+		parts: map[topicPartition]*partState{}, stopCommits: make(chan struct{}), commitsDone: make(chan struct{}),
+	}
 	r.cond = sync.NewCond(&r.mu)
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
@@ -142,6 +199,7 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 		return nil, fmt.Errorf("babelqueue/kafka: consumer client: %w", err)
 	}
 	r.cl = cl
+	go r.commitLoop()
 	return r, nil
 }
 
@@ -149,25 +207,32 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 func (r *Receiver) Client() *kgo.Client { return r.cl }
 
 // Capabilities implements driver.Receiver: Kafka has no native redelivery
-// count, so retries republish; Release rewinds the partition (after pausing
-// it for the delay).
-func (r *Receiver) Capabilities() driver.Capabilities { return driver.Capabilities{} }
+// count, so retries republish (with bq-delay, which this Receiver honours);
+// Release hands records back for redelivery after the delay.
+func (r *Receiver) Capabilities() driver.Capabilities { return driver.Capabilities{Delay: true} }
 
 // Receive implements driver.Receiver.
 func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
+	if max <= 0 {
+		max = 1
+	}
 	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
+	if r.closed {
+		r.mu.Unlock()
 		return nil, driver.ErrClosed
 	}
-	r.applyRewinds()
-	r.maybeCommit(ctx, false)
-	r.cl.AllowRebalance()
-
+	out, resume := r.readyLocked(time.Now(), max, nil)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait)
+	r.pollCancel = cancel
+	r.mu.Unlock()
+	r.resume(resume)
+	if len(out) > 0 {
+		cancel()
+		return out, nil
+	}
+
 	fetches := r.cl.PollRecords(pctx, max)
 	cancel()
 	if fetches.IsClientClosed() {
@@ -176,29 +241,41 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	var ferr error
 	fetches.EachError(func(topic string, p int32, err error) {
 		if ferr == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			ferr = fmt.Errorf("babelqueue/kafka: fetching %s[%d]: %w", topic, p, err)
+			ferr = fmt.Errorf("babelqueue/kafka: fetching %s[%d] from %s: %w", topic, p, strings.Join(r.seeds, ","), err)
 		}
 	})
 
 	now := time.Now()
-	var out []*driver.Delivery
+	var pause []topicPartition
 	r.mu.Lock()
+	r.pollCancel = nil
 	fetches.EachRecord(func(rec *kgo.Record) {
 		tp := topicPartition{rec.Topic, rec.Partition}
 		st := r.state(tp)
-		if st.rewind != nil || rec.Offset < st.floor {
-			return // the partition is being rewound; this record comes again
-		}
-		if due, ok := r.heldUntil(rec); ok && due.After(now) {
-			r.rewindLocked(tp, st, rec, -1)
-			r.pauseFor(tp, due.Sub(now))
+		if len(st.backlog) > 0 {
+			st.backlog = append(st.backlog, rec) // after what was handed back
 			return
 		}
-		s := &slot{offset: rec.Offset}
-		st.inflight = append(st.inflight, s)
-		out = append(out, r.delivery(rec, tp, st, s))
+		s := &slot{rec: rec, part: st}
+		st.insert(s)
+		if due, ok := heldUntil(rec); ok && due.After(now) {
+			r.holdLocked(s, due.Sub(now))
+			if st.held >= r.cfg.maxHeld && !st.paused {
+				st.paused = true
+				pause = append(pause, tp)
+			}
+			return
+		}
+		out = append(out, r.delivery(s))
 	})
+	more, resume := r.readyLocked(now, max-len(out), out)
 	r.mu.Unlock()
+	// Records are registered: a rebalance may run now, and its revoke
+	// waits for them to be settled.
+	r.cl.AllowRebalance()
+	r.pauseParts(pause)
+	r.resume(resume)
+	out = more
 	if len(out) == 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -206,25 +283,121 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		return nil, ferr
 	}
 	if ferr != nil {
-		r.logger.Warn("babelqueue/kafka: fetch error", slog.Any("error", ferr))
+		r.warnFetch(ferr)
 	}
 	return out, nil
+}
+
+// warnFetch logs a fetch error at most every 10s.
+func (r *Receiver) warnFetch(err error) {
+	r.mu.Lock()
+	due := time.Since(r.warned) > 10*time.Second
+	if due {
+		r.warned = time.Now()
+	}
+	r.mu.Unlock()
+	if due {
+		r.logger.Warn("babelqueue/kafka: fetch error", slog.Any("error", err))
+	}
+}
+
+// readyLocked appends to out, up to max in all, the held records whose
+// delay has passed and the backlog records that may be delivered again. It
+// returns the partitions whose fetching may resume. r.mu must be held.
+func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) ([]*driver.Delivery, []topicPartition) {
+	n := 0
+	for n < len(r.readyHeld) && max > 0 {
+		s := r.readyHeld[n]
+		n++
+		if s.gone || !s.held {
+			continue
+		}
+		s.held = false
+		s.part.held--
+		out = append(out, r.delivery(s))
+		max--
+	}
+	r.readyHeld = r.readyHeld[n:]
+	var resume []topicPartition
+	for tp, st := range r.parts {
+		for max > 0 && len(st.backlog) > 0 && !now.Before(st.backlogAt) {
+			s := &slot{rec: st.backlog[0], part: st}
+			st.backlog = st.backlog[1:]
+			st.insert(s)
+			out = append(out, r.delivery(s))
+			max--
+		}
+		if st.paused && len(st.backlog) == 0 && st.held < r.cfg.maxHeld {
+			st.paused = false
+			resume = append(resume, tp)
+		}
+	}
+	return out, resume
+}
+
+// holdLocked keeps s until its delay has passed. r.mu must be held.
+func (r *Receiver) holdLocked(s *slot, d time.Duration) {
+	s.held = true
+	s.part.held++
+	time.AfterFunc(d, func() {
+		r.mu.Lock()
+		if !s.gone && s.held {
+			r.readyHeld = append(r.readyHeld, s)
+			r.wakeLocked()
+		}
+		r.mu.Unlock()
+	})
+}
+
+// wakeLocked ends a poll in progress so that Receive returns what became
+// ready. r.mu must be held.
+func (r *Receiver) wakeLocked() {
+	if r.pollCancel != nil {
+		r.pollCancel()
+	}
+}
+
+func (r *Receiver) pauseParts(tps []topicPartition) {
+	if len(tps) > 0 {
+		r.cl.PauseFetchPartitions(partitionMap(tps))
+	}
+}
+
+func (r *Receiver) resume(tps []topicPartition) {
+	if len(tps) > 0 {
+		r.cl.ResumeFetchPartitions(partitionMap(tps))
+	}
+}
+
+func partitionMap(tps []topicPartition) map[string][]int32 {
+	m := map[string][]int32{}
+	for _, tp := range tps {
+		m[tp.topic] = append(m[tp.topic], tp.partition)
+	}
+	return m
+}
+
+// insert adds s in offset order.
+func (st *partState) insert(s *slot) {
+	i := len(st.inflight)
+	for i > 0 && st.inflight[i-1].rec.Offset > s.rec.Offset {
+		i--
+	}
+	st.inflight = slices.Insert(st.inflight, i, s)
 }
 
 func (r *Receiver) state(tp topicPartition) *partState {
 	st := r.parts[tp]
 	if st == nil {
-		st = &partState{key: tp.topic + "/" + strconv.Itoa(int(tp.partition)), commitAt: -1}
+		st = &partState{tp: tp, key: tp.topic + "/" + strconv.Itoa(int(tp.partition)), commitAt: -1}
 		r.parts[tp] = st
 	}
 	return st
 }
 
-// heldUntil returns when a delay-tier record becomes due.
-func (r *Receiver) heldUntil(rec *kgo.Record) (time.Time, bool) {
-	if r.cfg.tiers == 0 {
-		return time.Time{}, false
-	}
+// heldUntil returns when a record carrying bq-delay becomes due: its
+// timestamp (the time the copy was produced) plus the delay.
+func heldUntil(rec *kgo.Record) (time.Time, bool) {
 	v, ok := header(rec, HeaderDelay)
 	if !ok {
 		return time.Time{}, false
@@ -236,7 +409,8 @@ func (r *Receiver) heldUntil(rec *kgo.Record) (time.Time, bool) {
 	return rec.Timestamp.Add(time.Duration(ms) * time.Millisecond), true
 }
 
-func (r *Receiver) delivery(rec *kgo.Record, tp topicPartition, st *partState, s *slot) *driver.Delivery {
+func (r *Receiver) delivery(s *slot) *driver.Delivery {
+	rec := s.rec
 	headers := make(map[string]string, len(rec.Headers))
 	for _, h := range rec.Headers {
 		headers[h.Key] = string(h.Value)
@@ -253,133 +427,129 @@ func (r *Receiver) delivery(rec *kgo.Record, tp topicPartition, st *partState, s
 		Headers:     headers,
 		Native:      NativeAttempts(att, hasAtt),
 		Gate:        Gate(sv, hasSV),
-		OrderingKey: st.key,
-		Token:       &token{rec: rec, tp: tp, epoch: st.epoch, slot: s},
+		OrderingKey: s.part.key,
+		Token:       s,
+		Position:    s.part.key + "@" + strconv.FormatInt(rec.Offset, 10),
 	}
 }
 
-func (r *Receiver) tokenOf(d *driver.Delivery) (*token, error) {
-	tok, ok := d.Token.(*token)
+func slotOf(d *driver.Delivery) (*slot, error) {
+	s, ok := d.Token.(*slot)
 	if !ok {
 		return nil, fmt.Errorf("babelqueue/kafka: foreign delivery token %T", d.Token)
 	}
-	return tok, nil
+	return s, nil
+}
+
+// Superseded implements driver.Superseder: a delivery handed back by a
+// Release of an earlier record of its partition, or of a revoked partition,
+// is delivered again (by this Receiver or the partition's new owner) and
+// must not be handled now.
+func (r *Receiver) Superseded(d *driver.Delivery) bool {
+	s, err := slotOf(d)
+	if err != nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return s.gone
 }
 
 // Ack implements driver.Receiver: the record's offset becomes committable
-// once every earlier record of its partition is settled too. Acks of records
-// whose partition was since rewound or revoked are ignored: those records
-// are delivered again.
+// once every earlier record of its partition is settled too. Acks of
+// superseded deliveries are ignored: those records are delivered again.
 func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
-	tok, err := r.tokenOf(d)
+	s, err := slotOf(d)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := r.parts[tok.tp]
-	if st == nil || st.epoch != tok.epoch {
+	if s.gone || s.done {
 		return nil
 	}
-	tok.slot.done = true
+	s.done = true
+	st := s.part
 	for len(st.inflight) > 0 && st.inflight[0].done {
-		st.commitAt = st.inflight[0].offset + 1
+		st.commitAt = st.inflight[0].rec.Offset + 1
+		st.leaderEpoch = st.inflight[0].rec.LeaderEpoch
 		st.inflight = st.inflight[1:]
 		st.dirty = true
 	}
-	st.leaderEpoch = tok.rec.LeaderEpoch
 	r.cond.Broadcast()
 	return nil
 }
 
-// Release implements driver.Receiver: the partition is rewound to the
-// record, so it and every later record of the partition are delivered again
-// (nothing past it is committed meanwhile). With a delay the partition is
-// paused that long first.
+// Release implements driver.Receiver: the record, and every later record of
+// its partition that was received and not settled (held delayed records
+// aside), are delivered again in order after delay. Until then fetching of
+// the partition is paused and nothing past the record is committed.
 func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Duration) error {
-	tok, err := r.tokenOf(d)
+	s, err := slotOf(d)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	st := r.parts[tok.tp]
-	if st == nil || st.epoch != tok.epoch {
+	if s.gone || s.done {
 		r.mu.Unlock()
 		return nil
 	}
-	r.rewindLocked(tok.tp, st, tok.rec, indexOf(st.inflight, tok.slot))
-	r.mu.Unlock()
-	if delay > 0 {
-		r.pauseFor(tok.tp, delay)
+	st := s.part
+	i := slices.Index(st.inflight, s)
+	var back []*kgo.Record
+	kept := st.inflight[:i:i]
+	for _, x := range st.inflight[i:] {
+		if x.held || x.done {
+			kept = append(kept, x)
+			continue
+		}
+		x.gone = true
+		back = append(back, x.rec)
 	}
+	st.inflight = kept
+	st.backlog = append(back, st.backlog...)
+	if at := time.Now().Add(delay); at.After(st.backlogAt) {
+		st.backlogAt = at
+	}
+	pause := !st.paused
+	st.paused = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	if pause {
+		r.pauseParts([]topicPartition{st.tp})
+	}
+	time.AfterFunc(delay, func() {
+		r.mu.Lock()
+		r.wakeLocked()
+		r.mu.Unlock()
+	})
 	return nil
 }
 
-func indexOf(ss []*slot, s *slot) int {
-	for i, x := range ss {
-		if x == s {
-			return i
-		}
-	}
-	return len(ss)
+func (r *Receiver) stopCommitLoop() {
+	r.stopOnce.Do(func() { close(r.stopCommits) })
+	<-r.commitsDone
 }
 
-// rewindLocked schedules a rewind of tp to rec and forgets in-flight slots
-// from index i on (i < 0: none were handed out for rec). r.mu must be held.
-func (r *Receiver) rewindLocked(tp topicPartition, st *partState, rec *kgo.Record, i int) {
-	st.epoch++
-	if i >= 0 && i < len(st.inflight) {
-		st.inflight = st.inflight[:i]
-	}
-	if st.rewind == nil || rec.Offset < st.rewind.Offset {
-		st.rewind = &kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset}
-	}
-	r.cond.Broadcast()
-}
-
-func (r *Receiver) pauseFor(tp topicPartition, d time.Duration) {
-	m := map[string][]int32{tp.topic: {tp.partition}}
-	r.cl.PauseFetchPartitions(m)
-	time.AfterFunc(d, func() { r.cl.ResumeFetchPartitions(m) })
-}
-
-// applyRewinds seeks rewound partitions; it runs in Receive, between polls,
-// where no revoke can run concurrently (BlockRebalanceOnPoll).
-func (r *Receiver) applyRewinds() {
-	r.mu.Lock()
-	var set map[string]map[int32]kgo.EpochOffset
-	for tp, st := range r.parts {
-		if st.rewind == nil {
-			continue
+// commitLoop commits settled offsets every commit interval, whether or not
+// the runtime is receiving.
+func (r *Receiver) commitLoop() {
+	defer close(r.commitsDone)
+	t := time.NewTicker(r.cfg.commitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stopCommits:
+			return
+		case <-t.C:
+			r.mu.Lock()
+			offsets := r.dirtyLocked(nil)
+			r.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			r.commit(ctx, offsets)
+			cancel()
 		}
-		if set == nil {
-			set = map[string]map[int32]kgo.EpochOffset{}
-		}
-		if set[tp.topic] == nil {
-			set[tp.topic] = map[int32]kgo.EpochOffset{}
-		}
-		set[tp.topic][tp.partition] = *st.rewind
-		st.floor = st.rewind.Offset
-		st.rewind = nil
 	}
-	r.mu.Unlock()
-	if set != nil {
-		r.cl.SetOffsets(set)
-	}
-}
-
-// maybeCommit commits settled offsets when the interval has passed (or
-// always with force).
-func (r *Receiver) maybeCommit(ctx context.Context, force bool) {
-	r.mu.Lock()
-	if !force && time.Since(r.lastCommit) < r.cfg.commitInterval {
-		r.mu.Unlock()
-		return
-	}
-	r.lastCommit = time.Now()
-	offsets := r.dirtyLocked(nil)
-	r.mu.Unlock()
-	r.commit(ctx, offsets)
 }
 
 // dirtyLocked collects committable offsets (of only the given partitions
@@ -387,7 +557,7 @@ func (r *Receiver) maybeCommit(ctx context.Context, force bool) {
 func (r *Receiver) dirtyLocked(only map[string][]int32) map[string]map[int32]kgo.EpochOffset {
 	var out map[string]map[int32]kgo.EpochOffset
 	for tp, st := range r.parts {
-		if !st.dirty || (only != nil && !contains(only[tp.topic], tp.partition)) {
+		if !st.dirty || (only != nil && !slices.Contains(only[tp.topic], tp.partition)) {
 			continue
 		}
 		if out == nil {
@@ -402,15 +572,6 @@ func (r *Receiver) dirtyLocked(only map[string][]int32) map[string]map[int32]kgo
 	return out
 }
 
-func contains(ps []int32, p int32) bool {
-	for _, x := range ps {
-		if x == p {
-			return true
-		}
-	}
-	return false
-}
-
 func (r *Receiver) commit(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) {
 	if len(offsets) == 0 {
 		return
@@ -419,8 +580,8 @@ func (r *Receiver) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 		if err == nil {
 			for _, t := range resp.Topics {
 				for _, p := range t.Partitions {
-					if p.ErrorCode != 0 {
-						err = fmt.Errorf("partition %s[%d]: error code %d", t.Topic, p.Partition, p.ErrorCode)
+					if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+						err = fmt.Errorf("partition %s[%d]: %w", t.Topic, p.Partition, perr)
 					}
 				}
 			}
@@ -480,25 +641,119 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	if commit && !r.killed {
 		offsets = r.dirtyLocked(parts)
 	}
+	var paused []topicPartition
 	for topic, ps := range parts {
 		for _, p := range ps {
-			delete(r.parts, topicPartition{topic, p})
+			tp := topicPartition{topic, p}
+			st := r.parts[tp]
+			if st == nil {
+				continue
+			}
+			for _, s := range st.inflight {
+				s.gone = true
+			}
+			if st.paused {
+				paused = append(paused, tp)
+			}
+			delete(r.parts, tp)
 		}
 	}
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	r.commit(ctx, offsets)
+	// A partition assigned again later starts unpaused.
+	r.resume(paused)
 }
 
+// busyLocked reports whether a record of parts is with the runtime: handed
+// out and neither settled nor superseded.
 func (r *Receiver) busyLocked(parts map[string][]int32) bool {
 	for topic, ps := range parts {
 		for _, p := range ps {
-			if st := r.parts[topicPartition{topic, p}]; st != nil && len(st.inflight) > 0 {
-				return true
+			st := r.parts[topicPartition{topic, p}]
+			if st == nil {
+				continue
+			}
+			for _, s := range st.inflight {
+				if !s.done && !s.gone && !s.held {
+					return true
+				}
 			}
 		}
 	}
 	return false
+}
+
+// Prepare implements driver.Preparer: it checks that the brokers can be
+// reached and that every consumed topic, tier topic and dead-letter topic
+// exists, creating the missing ones with WithCreateTopics.
+func (r *Receiver) Prepare(ctx context.Context, p driver.Plan) error {
+	want := map[string]bool{}
+	for _, t := range r.topics {
+		want[t] = true
+		for _, rt := range RetryTopics(t, r.cfg.tiers) {
+			want[rt] = true
+		}
+		if p.DeadLetterQueue != nil {
+			want[p.DeadLetterQueue(t)] = true
+		}
+	}
+	names := make([]string, 0, len(want))
+	for t := range want {
+		names = append(names, t)
+	}
+	slices.Sort(names)
+	adm := kadm.NewClient(r.cl)
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("babelqueue/kafka: cannot reach the brokers %s: %w", strings.Join(r.seeds, ","), unreachable(ctx, err))
+	}
+	var missing []string
+	for _, t := range names {
+		d, ok := details[t]
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			missing = append(missing, t)
+		} else if d.Err != nil {
+			return fmt.Errorf("babelqueue/kafka: topic %s: %w", t, d.Err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if !r.cfg.createTopics {
+		return &MissingTopicsError{Topics: missing}
+	}
+	resp, err := adm.CreateTopics(ctx, r.cfg.partitions, r.cfg.replication, nil, missing...)
+	if err != nil {
+		return fmt.Errorf("babelqueue/kafka: creating topics %s: %w", strings.Join(missing, ", "), err)
+	}
+	for _, t := range resp.Sorted() {
+		if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("babelqueue/kafka: creating topic %s: %w", t.Topic, t.Err)
+		}
+	}
+	r.logger.Info("babelqueue/kafka: created missing topics", slog.Any("topics", missing))
+	return nil
+}
+
+// unreachable prefers the connection error franz-go saw over a bare
+// context deadline.
+func unreachable(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("no broker answered before the startup timeout (%w)", err)
+	}
+	return err
+}
+
+// MissingTopicsError is the startup check's error when topics the consumer
+// reads or writes do not exist.
+type MissingTopicsError struct {
+	Topics []string
+}
+
+// Error implements error.
+func (e *MissingTopicsError) Error() string {
+	return fmt.Sprintf("babelqueue/kafka: missing topics: %s (create them, or use kafka.WithCreateTopics)", strings.Join(e.Topics, ", "))
 }
 
 // Close commits every settled offset, leaves the group and closes the
@@ -513,6 +768,9 @@ func (r *Receiver) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	r.mu.Unlock()
+	r.stopCommitLoop()
+	r.mu.Lock()
 	offsets := r.dirtyLocked(nil)
 	r.mu.Unlock()
 	r.commit(ctx, offsets)
@@ -525,5 +783,6 @@ func (r *Receiver) kill() {
 	r.mu.Lock()
 	r.closed, r.killed = true, true
 	r.mu.Unlock()
+	r.stopCommitLoop()
 	r.cl.CloseAllowingRebalance()
 }

@@ -2,12 +2,15 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -15,21 +18,32 @@ import (
 // The underlying producer is idempotent (franz-go's default) and acks from
 // all in-sync replicas.
 type Sender struct {
-	cl      *kgo.Client
-	own     bool
-	keyFunc func(*driver.Message) []byte
-	tiers   []time.Duration
-	now     func() time.Time
+	cl       *kgo.Client
+	own      bool
+	seeds    string
+	keyFunc  func(*driver.Message) []byte
+	tiers    int
+	maxBytes int
+	now      func() time.Time
 }
 
 // SenderOption configures a Sender.
 type SenderOption func(*senderConfig)
 
 type senderConfig struct {
-	kopts   []kgo.Opt
-	keyFunc func(*driver.Message) []byte
-	tiers   []time.Duration
+	kopts    []kgo.Opt
+	keyFunc  func(*driver.Message) []byte
+	tiers    int
+	maxBytes int32
 }
+
+// DefaultMaxMessageBytes is franz-go's default ProducerBatchMaxBytes, which
+// a record with its headers must fit in.
+const DefaultMaxMessageBytes = 1_000_012
+
+// headerRoom is what MaxMessageBytes keeps free for the key, the headers
+// and the record batch framing.
+const headerRoom = 4096
 
 // WithClientOptions passes options to the franz-go client (SASL, TLS,
 // linger, batch size, a logger…).
@@ -60,14 +74,23 @@ func KeyByTraceID(m *driver.Message) []byte {
 	return []byte(m.Envelope.TraceID)
 }
 
-// WithRetryTiers routes retry copies to delay tiers: the copy with attempts
-// n goes to "<topic>.retry.<k>" with k = min(n, len(delays)), headers
-// bq-delay = delays[k-1] in milliseconds and bq-original-topic, and a record
-// timestamp of now. A Receiver consuming the tier topics holds each record
-// until its delay has passed. Without tiers a retry copy goes straight back
-// to its topic.
-func WithRetryTiers(delays ...time.Duration) SenderOption {
-	return func(c *senderConfig) { c.tiers = delays }
+// WithRetryTiers routes retry copies to n delay-tier topics instead of back
+// to their own topic: the copy with attempts a goes to "<topic>.retry.<k>"
+// with k = min(a, n), as the Java, .NET and Node Kafka transports do. The
+// delay itself is always the consumer's backoff (queue.WithBackoff), carried
+// in bq-delay; a Receiver with WithRetryTierTopics(n) consumes the tiers.
+// Tiers keep retries off the main topic; without them a delayed retry copy
+// goes back to its topic, where the Receiver holds it until due.
+func WithRetryTiers(n int) SenderOption {
+	return func(c *senderConfig) { c.tiers = n }
+}
+
+// WithMaxMessageBytes sets the producer's batch size limit (franz-go's
+// ProducerBatchMaxBytes, default DefaultMaxMessageBytes); keep it at or
+// below the topics' max.message.bytes. The runtime checks retry and
+// dead-letter copies against it.
+func WithMaxMessageBytes(n int32) SenderOption {
+	return func(c *senderConfig) { c.maxBytes = n }
 }
 
 // RetryTopics returns the tier topics of topic for n tiers.
@@ -85,12 +108,17 @@ func NewSender(seeds []string, opts ...SenderOption) (*Sender, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, cfg.kopts...)...)
+	base := []kgo.Opt{kgo.SeedBrokers(seeds...)}
+	if cfg.maxBytes > 0 {
+		base = append(base, kgo.ProducerBatchMaxBytes(cfg.maxBytes))
+	}
+	cl, err := kgo.NewClient(append(base, cfg.kopts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("babelqueue/kafka: producer client: %w", err)
 	}
 	s := newSender(cl, &cfg)
 	s.own = true
+	s.seeds = strings.Join(seeds, ",")
 	return s, nil
 }
 
@@ -105,7 +133,15 @@ func NewSenderFromClient(cl *kgo.Client, opts ...SenderOption) *Sender {
 }
 
 func newSender(cl *kgo.Client, cfg *senderConfig) *Sender {
-	s := &Sender{cl: cl, keyFunc: cfg.keyFunc, tiers: cfg.tiers, now: time.Now}
+	s := &Sender{cl: cl, keyFunc: cfg.keyFunc, tiers: cfg.tiers, maxBytes: DefaultMaxMessageBytes, now: time.Now}
+	if cfg.maxBytes > 0 {
+		s.maxBytes = int(cfg.maxBytes)
+	}
+	if seeds := cl.OptValue(kgo.SeedBrokers); seeds != nil {
+		if ss, ok := seeds.([]string); ok {
+			s.seeds = strings.Join(ss, ",")
+		}
+	}
 	if s.keyFunc == nil {
 		s.keyFunc = func(m *driver.Message) []byte {
 			if m.Key == "" {
@@ -120,27 +156,38 @@ func newSender(cl *kgo.Client, cfg *senderConfig) *Sender {
 // Client returns the underlying franz-go client.
 func (s *Sender) Client() *kgo.Client { return s.cl }
 
+// MaxMessageBytes implements driver.SizeLimiter: the producer's batch limit
+// less room for the key and headers.
+func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - headerRoom }
+
 // Record returns the record Send would produce for m.
+//
+// A message with a Delay (a retry copy, queue.WithDelay) carries bq-delay in
+// milliseconds and a record timestamp of now: a Receiver holds it until the
+// timestamp plus the delay. A retry copy goes to its tier topic when tiers
+// are configured, and carries bq-original-topic, as do dead-letter copies.
 func (s *Sender) Record(m *driver.Message) *kgo.Record {
 	key := s.keyFunc(m)
-	var origin *kgo.Record
-	if m.Origin != nil {
-		if tok, ok := m.Origin.Token.(*token); ok {
-			origin = tok.rec
-			if key == nil {
-				key = origin.Key
-			}
+	if m.Origin != nil && key == nil {
+		if sl, ok := m.Origin.Token.(*slot); ok {
+			key = sl.rec.Key
 		}
 	}
-	topic := m.Queue
-	r := Project(m, topic, key)
+	r := Project(m, m.Queue, key)
 	if m.Origin != nil {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(m.Origin.Queue)})
 	}
-	if m.Origin != nil && m.DeadLetter == nil && len(s.tiers) > 0 && m.Envelope != nil {
-		k := min(max(m.Envelope.Attempts, 1), len(s.tiers))
+	retry := m.Origin != nil && m.DeadLetter == nil && m.Envelope != nil
+	if retry && s.tiers > 0 {
+		k := min(max(m.Envelope.Attempts, 1), s.tiers)
 		r.Topic = m.Origin.Queue + ".retry." + strconv.Itoa(k)
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDelay, Value: strconv.AppendInt(nil, s.tiers[k-1].Milliseconds(), 10)})
+	}
+	if m.Delay > 0 || (retry && s.tiers > 0) {
+		ms := m.Delay.Milliseconds()
+		if m.Delay > 0 && ms == 0 {
+			ms = 1 // a delay asked for is a delay kept
+		}
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDelay, Value: strconv.AppendInt(nil, ms, 10)})
 		r.Timestamp = s.now()
 	}
 	return r
@@ -157,7 +204,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	for _, r := range s.cl.ProduceSync(ctx, recs...) { // results arrive in completion order
 		if r.Err != nil {
 			i := slices.Index(recs, r.Record)
-			errs[i] = fmt.Errorf("babelqueue/kafka: producing to %s: %w", recs[i].Topic, r.Err)
+			errs[i] = s.produceErr(recs[i], r.Err)
 		}
 	}
 	return driver.SendResult(errs)
@@ -172,13 +219,25 @@ func (s *Sender) SendAsync(ctx context.Context, msgs []*driver.Message, done fun
 		r := s.Record(m)
 		s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
-				err = fmt.Errorf("babelqueue/kafka: producing to %s: %w", r.Topic, err)
+				err = s.produceErr(r, err)
 			}
 			if done != nil {
 				done(i, err)
 			}
 		})
 	}
+}
+
+// produceErr names the topic and brokers, and marks size-limit errors with
+// driver.ErrTooLarge.
+func (s *Sender) produceErr(r *kgo.Record, err error) error {
+	if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
+		return fmt.Errorf("babelqueue/kafka: producing %d bytes to %s: %w: %w", len(r.Value), r.Topic, driver.ErrTooLarge, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("babelqueue/kafka: producing to %s via %s: no broker acknowledged the record: %w", r.Topic, s.seeds, err)
+	}
+	return fmt.Errorf("babelqueue/kafka: producing to %s via %s: %w", r.Topic, s.seeds, err)
 }
 
 // Flush waits for every record produced so far.

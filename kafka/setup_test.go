@@ -50,15 +50,21 @@ var unsafeTopic = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
 // and returns its name.
 func newTopics(t testing.TB, partitions int32, extra ...string) string {
 	t.Helper()
-	name := fmt.Sprintf("bq-%s-%d-%d", unsafeTopic.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano()%1e6, topicNo.Add(1))
-	if len(name) > 200 {
-		name = name[len(name)-200:]
-	}
+	name := topicName(t)
 	topics := []string{name, name + ".dlq"}
 	for _, s := range extra {
 		topics = append(topics, name+s)
 	}
 	createTopics(t, partitions, topics...)
+	return name
+}
+
+// topicName returns a fresh topic name for t.
+func topicName(t testing.TB) string {
+	name := fmt.Sprintf("bq-%s-%d-%d", unsafeTopic.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano()%1e6, topicNo.Add(1))
+	if len(name) > 200 {
+		name = name[len(name)-200:]
+	}
 	return name
 }
 

@@ -1,0 +1,250 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/drivertest"
+	"github.com/babelqueue/transports/core/queue"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The consumer's backoff is honoured without any tier topic: the retry
+// copy carries bq-delay and the Receiver holds it until due.
+func TestBackoffHonouredWithoutTiers(t *testing.T) {
+	const backoff = 500 * time.Millisecond
+	topic := newTopics(t, 1)
+	snd := newTestSender(t)
+	publishN(t, snd, topic, 1, false)
+	var mu sync.Mutex
+	var at []time.Time
+	r := newTestReceiver(t, "g-"+topic, []string{topic})
+	defer r.Close(context.Background())
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if len(at) < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}, queue.WithMaxAttempts(5), queue.WithBackoff(queue.Constant(backoff)))
+	drivertest.WaitUntil(t, 30*time.Second, "three attempts", func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == 3 })
+	_ = stop()
+	for i := 1; i < 3; i++ {
+		if gap := at[i].Sub(at[i-1]); gap < backoff*8/10 {
+			t.Errorf("attempt %d came %v after the previous one; the backoff asked for %v", i+1, gap, backoff)
+		}
+	}
+}
+
+// A publish with queue.WithDelay is delivered no earlier than the delay.
+func TestPublishWithDelayIsHonoured(t *testing.T) {
+	const delay = 700 * time.Millisecond
+	topic := newTopics(t, 1)
+	snd := newTestSender(t)
+	sent := time.Now()
+	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, map[string]any{"i": 0}, queue.WithDelay(delay)); err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int64
+	r := newTestReceiver(t, "g-"+topic, []string{topic})
+	defer r.Close(context.Background())
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		got.Store(int64(time.Since(sent)))
+		return nil
+	})
+	drivertest.WaitUntil(t, 30*time.Second, "the delayed message", func() bool { return got.Load() > 0 })
+	_ = stop()
+	if d := time.Duration(got.Load()); d < delay*8/10 {
+		t.Errorf("delayed message handled after %v, want at least %v", d, delay)
+	}
+}
+
+// A retry publish that fails rewinds the partition: the deliveries queued
+// behind it are superseded, not handled, so a fault costs at most one
+// in-flight window and keys stay in order. Before the fix every queued
+// record was handled again after the rewind, and 100 messages became
+// thousands of dead-letter records.
+func TestFailedRetryPublishBoundsDuplicates(t *testing.T) {
+	const n, faults = 100, 5
+	topic := newTopics(t, 1)
+	snd := newTestSender(t)
+	publishN(t, snd, topic, n, true)
+	fs := drivertest.NewFaultySender(snd)
+	fs.FailSends(topic, faults)
+	var mu sync.Mutex
+	runs := map[int]int{}
+	var firstOrder []int
+	r := newTestReceiver(t, "g-"+topic, []string{topic})
+	defer r.Close(context.Background())
+	stop := drivertest.StartConsumer(t, r, fs, testURN, func(_ context.Context, m *queue.Message) error {
+		i := indexOfMessage(t, m)
+		mu.Lock()
+		defer mu.Unlock()
+		runs[i]++
+		if m.Envelope.Attempts == 0 {
+			if runs[i] == 1 {
+				firstOrder = append(firstOrder, i)
+			}
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}, queue.WithMaxAttempts(3), queue.WithDeadLetter(""), queue.WithBackoff(queue.Constant(20*time.Millisecond)),
+		queue.WithErrorHandler(func(error) {}))
+	done := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			if runs[i] < 2 {
+				return false
+			}
+		}
+		return true
+	}
+	drivertest.WaitUntil(t, 60*time.Second, "every message retried and handled", done)
+	time.Sleep(300 * time.Millisecond)
+	_ = stop()
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, c := range runs {
+		total += c
+	}
+	window := 3 * 10 // the runtime's pending window plus one receive
+	if extra := total - 2*n; extra > faults*window {
+		t.Errorf("%d handler runs for %d messages (%d extra); a failed publish may cost at most %d", total, n, extra, faults*window)
+	}
+	for k := 1; k < len(firstOrder); k++ {
+		if firstOrder[k] < firstOrder[k-1] {
+			t.Errorf("first attempts out of order: %v", firstOrder)
+			break
+		}
+	}
+	if got := countRecords(t, topic+".dlq"); got != 0 {
+		t.Errorf("%d dead letters, want 0", got)
+	}
+}
+
+// Tier records are held until due without dropping the acks of the records
+// before them, so the tier topic's committed offset reaches its end.
+func TestTierOffsetsAreCommitted(t *testing.T) {
+	topic := newTopics(t, 1, ".retry.1")
+	group := "g-" + topic
+	snd := newTestSender(t, WithRetryTiers(1))
+	publishN(t, snd, topic, 10, false)
+	var handled atomic.Int32
+	r := newTestReceiver(t, group, []string{topic}, WithRetryTierTopics(1))
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+		if m.Envelope.Attempts == 0 {
+			return errors.New("retry me")
+		}
+		handled.Add(1)
+		return nil
+	}, queue.WithMaxAttempts(3), queue.WithBackoff(queue.BackoffFunc(func(int) time.Duration {
+		return time.Duration(100+handled.Load()*30) * time.Millisecond // later copies due sooner than earlier ones would not be
+	})))
+	drivertest.WaitUntil(t, 30*time.Second, "the ten retries", func() bool { return handled.Load() == 10 })
+	tier := topic + ".retry.1"
+	drivertest.WaitUntil(t, 10*time.Second, "the tier committed to its end", func() bool {
+		return committed(t, group, tier)[0] == endOffsets(t, tier)[0]
+	})
+	_ = stop()
+	_ = r.Close(context.Background())
+}
+
+// Settled offsets are committed while the dispatcher is full and the
+// runtime is not calling Receive.
+func TestCommitsWhileHandlersAreStuck(t *testing.T) {
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, 60, false)
+	block := make(chan struct{})
+	defer close(block)
+	r := newTestReceiver(t, group, []string{topic})
+	defer r.Close(context.Background())
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(ctx context.Context, m *queue.Message) error {
+		if indexOfMessage(t, m) >= 5 {
+			select {
+			case <-block:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}, queue.WithShutdownTimeout(100*time.Millisecond))
+	drivertest.WaitUntil(t, 10*time.Second, "offset 5 committed while handler 6 is stuck", func() bool {
+		return committed(t, group, topic)[0] == 5
+	})
+	_ = stop()
+}
+
+// A rebalance while 8 handlers are each blocked longer than the group's
+// rebalance timeout loses nothing and does not wedge the group.
+func TestRebalanceWithStuckHandlers(t *testing.T) {
+	const n = 80
+	topic := newTopics(t, 8) // one lane per partition: 8 partitions for 8 stuck handlers
+	group := "g-" + topic
+	snd := newTestSender(t)
+	var batch []queue.Outgoing
+	for i := range n {
+		env, err := core.New(testURN, map[string]any{"i": i}, core.WithQueue(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(strconv.Itoa(i))}})
+	}
+	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	var seen seenSet
+	var slow atomic.Int32
+	h := func(ctx context.Context, m *queue.Message) error {
+		if slow.Add(1) <= 8 {
+			select { // longer than the 3s rebalance timeout
+			case <-time.After(4 * time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		seen.add(indexOfMessage(t, m))
+		return nil
+	}
+	opts := []ReceiverOption{WithRevokeTimeout(time.Second), WithConsumerClientOptions(kgo.RebalanceTimeout(3 * time.Second))}
+	ra := newTestReceiver(t, group, []string{topic}, opts...)
+	stopA := drivertest.StartConsumer(t, ra, snd, testURN, h, queue.WithConcurrency(8))
+	drivertest.WaitUntil(t, 10*time.Second, "stuck handlers", func() bool { return slow.Load() >= 6 })
+	rb := newTestReceiver(t, group, []string{topic}, opts...)
+	stopB := drivertest.StartConsumer(t, rb, snd, testURN, h, queue.WithConcurrency(8))
+	time.Sleep(2 * time.Second)
+	_ = stopB() // the second member leaves again
+	_ = rb.Close(context.Background())
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool { return seen.distinct() == n })
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ra.Close(context.Background())
+	seen.mu.Lock()
+	t.Logf("%d records handled %d times (duplicates: %d)", n, len(seen.list), len(seen.list)-len(seen.set))
+	seen.mu.Unlock()
+	for p, end := range endOffsets(t, topic) {
+		if got := committed(t, group, topic)[p]; got != end {
+			t.Errorf("partition %d committed %d, end %d", p, got, end)
+		}
+	}
+}
+
+func countRecords(t *testing.T, topic string) int64 {
+	t.Helper()
+	var total int64
+	for _, end := range endOffsets(t, topic) {
+		total += end
+	}
+	return total
+}
