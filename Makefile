@@ -13,6 +13,9 @@
 #   make fuzz          the decoder fuzz target for FUZZTIME (default 1m)
 #   make tidy          go mod tidy in every module (workspace siblings kept)
 #   make demo          the Kafka demo on an embedded kfake cluster
+#   make faults        the fault suite on every server it can start (Kafka on
+#                      kfake and on a real broker it starts, killed and
+#                      restarted mid-consume), printed as one table
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
 MODULES     := core conformance kafka sqs pulsar azureservicebus
@@ -28,7 +31,7 @@ CONFORMANCE_DIR ?=
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: test conformance bench lint fuzz tidy demo tag tools
+.PHONY: test conformance bench lint fuzz tidy demo tag tools faults
 
 test:
 	$(GO) test -race -count=1 $(PKGS)
@@ -80,6 +83,9 @@ bench: $(BENCHSTAT)
 
 tidy:
 	scripts/tidy.sh $(MODULES)
+
+faults:
+	@scripts/faults.sh
 
 demo:
 	$(GO) run ./kafka/examples/demo

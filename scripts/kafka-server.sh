@@ -2,9 +2,12 @@
 # Runs a real single-node Apache Kafka broker (KRaft, combined broker and
 # controller) on 127.0.0.1 for the kafka module's integration tests.
 #
-#   scripts/kafka-server.sh start   resolve (first time), format, start, wait
-#   scripts/kafka-server.sh stop    stop it and delete its data
-#   scripts/kafka-server.sh env     print BQ_KAFKA_BROKERS=... for the tests
+#   scripts/kafka-server.sh start    resolve (first time), format, start, wait
+#   scripts/kafka-server.sh stop     stop it and delete its data
+#   scripts/kafka-server.sh restart  stop it gracefully and start it again, keeping its data
+#   scripts/kafka-server.sh kill     kill -9 the broker by its recorded pid, keeping its data
+#   scripts/kafka-server.sh resume   start it again on the data a kill or restart kept
+#   scripts/kafka-server.sh env      print BQ_KAFKA_BROKERS=... for the tests
 #
 # Needs Java 17+ and Maven; the broker's jars come from Maven Central
 # (org.apache.kafka:kafka_2.13:4.4.0) into $BQ_CACHE_DIR/kafka/libs.
@@ -32,6 +35,12 @@ start() {
 	maven_resolve "$here/kafka/pom.xml" "$dir/libs" org.apache.kafka:kafka_2.13:4.4.0
 	rm -rf "$dir/data"
 	mkdir -p "$dir/data"
+	format
+	launch
+}
+
+# format writes the configuration and formats a fresh data directory.
+format() {
 	cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -58,6 +67,11 @@ PROPS
 	local id
 	id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
 	java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1
+}
+
+# launch starts the broker on the data directory as it is.
+launch() {
+	local cp="$dir/libs/*"
 	nohup java -Xms512m -Xmx1g -cp "$cp" kafka.Kafka "$dir/server.properties" >"$log" 2>&1 &
 	echo $! >"$pidfile"
 	wait_ready "$pidfile" "$log" 60 ready
@@ -69,9 +83,32 @@ stop() {
 	rm -rf "$dir/data"
 }
 
+resume() {
+	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+		echo "kafka-server: already running (pid $(cat "$pidfile"))" >&2
+		return
+	fi
+	if [ ! -f "$dir/server.properties" ] || [ ! -d "$dir/data" ]; then
+		echo "kafka-server: no kept data to resume; use start" >&2
+		exit 1
+	fi
+	launch
+}
+
+kill9() {
+	[ -f "$pidfile" ] || { echo "kafka-server: not running" >&2; return 0; }
+	kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+	while kill -0 "$(cat "$pidfile")" 2>/dev/null; do sleep 0.1; done
+	rm -f "$pidfile"
+	echo "kafka-server: killed (data kept)" >&2
+}
+
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
+restart) stop_pid "$pidfile"; resume ;;
+kill) kill9 ;;
+resume) resume ;;
 env) echo "BQ_KAFKA_BROKERS=127.0.0.1:$port" ;;
-*) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+*) echo "usage: $0 start|stop|restart|kill|resume|env" >&2; exit 2 ;;
 esac
