@@ -91,7 +91,9 @@ func WithMessageID(id string) Option { return func(c *newConfig) { c.id = id } }
 func WithCreatedAt(t time.Time) Option { return func(c *newConfig) { c.createdAt = t } }
 
 // New builds an envelope for a producer: the URN is trimmed and must not be
-// empty, data must encode to a JSON object (nil encodes as {}), meta.id and
+// empty, data must encode to a JSON object (nil encodes as {}; a []byte or
+// json.RawMessage is raw JSON, and anything but an object is refused with
+// ErrDataNotObject), meta.id and
 // (unless continued) trace_id are fresh UUID v4s, lang is "go" and
 // created_at is now in milliseconds.
 func New(urn string, data any, opts ...Option) (*Envelope, error) {

@@ -104,6 +104,13 @@ func WithTraceID(traceID string) PublishOption {
 
 // Publish builds an envelope for urn and data on queue and sends it. It
 // returns the envelope sent, whose Meta.ID identifies the message.
+//
+// data becomes the envelope's data object: a value is encoded with
+// encoding/json (without HTML escaping); nil is sent as {}; a []byte or
+// json.RawMessage is taken as raw JSON and sent as it is (compacted). Data
+// that is not a JSON object (an array, a string, invalid JSON) is refused
+// with a *core.DecodeError wrapping core.ErrDataNotObject, and nothing is
+// sent.
 func (p *Publisher) Publish(ctx context.Context, queue, urn string, data any, opts ...PublishOption) (*core.Envelope, error) {
 	var cfg publishConfig
 	for _, o := range opts {

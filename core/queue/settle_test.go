@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -237,5 +238,28 @@ func TestSupersededDeliveriesAreNotHandled(t *testing.T) {
 	time.Sleep(30 * time.Millisecond)
 	if runs.Load() != 2 || rcv.acks.Load() != 2 || b.Len("q") != 1 {
 		t.Errorf("runs=%d acks=%d left=%d; want 2, 2 and the superseded one left unsettled", runs.Load(), rcv.acks.Load(), b.Len("q"))
+	}
+}
+
+// Raw bytes that are not a JSON object are refused with the same typed
+// error as any other non-object data, and nothing is sent; nil is {}.
+func TestPublishDataShapes(t *testing.T) {
+	b := memqueue.New()
+	p := queue.NewPublisher(b.Sender())
+	for _, data := range []any{[]byte(`[1,2]`), json.RawMessage(`"s"`), []byte(`{bad`), []int{1}} {
+		if _, err := p.Publish(context.Background(), "q", urn, data); !errors.Is(err, core.ErrDataNotObject) {
+			t.Errorf("Publish(%v) = %v, want ErrDataNotObject", data, err)
+		}
+	}
+	if b.Len("q") != 0 {
+		t.Fatalf("%d messages sent for refused data", b.Len("q"))
+	}
+	env, err := p.Publish(context.Background(), "q", urn, nil)
+	if err != nil || string(env.Data()) != "{}" {
+		t.Errorf("nil data = %s, %v; want {}", env.Data(), err)
+	}
+	env, err = p.Publish(context.Background(), "q", urn, []byte(`{ "n" : 12345678901234567890 }`))
+	if err != nil || string(env.Data()) != `{"n":12345678901234567890}` {
+		t.Errorf("raw data = %s, %v", env.Data(), err)
 	}
 }
