@@ -84,7 +84,7 @@ stop() {
 }
 
 resume() {
-	if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+	if running "$pidfile"; then
 		echo "kafka-server: already running (pid $(cat "$pidfile"))" >&2
 		return
 	fi
@@ -95,19 +95,12 @@ resume() {
 	launch
 }
 
-kill9() {
-	[ -f "$pidfile" ] || { echo "kafka-server: not running" >&2; return 0; }
-	kill -9 "$(cat "$pidfile")" 2>/dev/null || true
-	while kill -0 "$(cat "$pidfile")" 2>/dev/null; do sleep 0.1; done
-	rm -f "$pidfile"
-	echo "kafka-server: killed (data kept)" >&2
-}
 
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
 restart) stop_pid "$pidfile"; resume ;;
-kill) kill9 ;;
+kill) kill_pid "$pidfile" ;;
 resume) resume ;;
 env) echo "BQ_KAFKA_BROKERS=127.0.0.1:$port" ;;
 *) echo "usage: $0 start|stop|restart|kill|resume|env" >&2; exit 2 ;;

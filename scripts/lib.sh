@@ -47,3 +47,18 @@ stop_pid() {
 	kill -9 "$pid" 2>/dev/null || true
 	rm -f "$pidfile"
 }
+
+# kill_pid PIDFILE: kill -9 the process as a crash would (its data stays).
+kill_pid() {
+	local pidfile=$1
+	[ -f "$pidfile" ] || { echo "$(basename "$0"): not running" >&2; return 0; }
+	local pid
+	pid=$(cat "$pidfile")
+	kill -9 "$pid" 2>/dev/null || true
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	rm -f "$pidfile"
+	echo "$(basename "$0"): killed with SIGKILL (data kept)" >&2
+}
+
+# running PIDFILE: whether the recorded process is alive.
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }

@@ -3,9 +3,12 @@
 # embedded bookie, no functions worker, no stream storage) on 127.0.0.1 for
 # the pulsar module's integration tests.
 #
-#   scripts/pulsar-server.sh start   resolve (first time), start, wait until it serves
-#   scripts/pulsar-server.sh stop    stop it and delete its data
-#   scripts/pulsar-server.sh env     print BQ_PULSAR_URL=...
+#   scripts/pulsar-server.sh start    resolve (first time), start, wait until it serves
+#   scripts/pulsar-server.sh stop     stop it and delete its data
+#   scripts/pulsar-server.sh restart  stop it gracefully and start it again, keeping its data
+#   scripts/pulsar-server.sh kill     kill -9 the broker by its recorded pid, keeping its data
+#   scripts/pulsar-server.sh resume   start it again on the data a kill or restart kept
+#   scripts/pulsar-server.sh env      print BQ_PULSAR_URL=...
 #
 # Needs Java 17+ and Maven; the broker's jars come from Maven Central
 # (org.apache.pulsar:pulsar-broker:4.2.4) into $BQ_CACHE_DIR/pulsar/libs.
@@ -57,6 +60,11 @@ webSocketServiceEnabled=false
 # test broker: no fsync per journal write (faster tests; not for production)
 journalSyncData=false
 CONF
+	launch
+}
+
+# launch starts the broker on the data directory as it is.
+launch() {
 	nohup java -Xms256m -Xmx1g -cp "$dir/libs/*" org.apache.pulsar.PulsarStandaloneStarter \
 		--config "$dir/standalone.conf" --no-functions-worker --no-stream-storage \
 		--metadata-dir "$dir/data/metadata" --bookkeeper-dir "$dir/data/bk" \
@@ -71,9 +79,24 @@ stop() {
 	rm -rf "$dir/data"
 }
 
+resume() {
+	if running "$pidfile"; then
+		echo "pulsar-server: already running (pid $(cat "$pidfile"))" >&2
+		return
+	fi
+	if [ ! -f "$dir/standalone.conf" ] || [ ! -d "$dir/data" ]; then
+		echo "pulsar-server: no kept data to resume; use start" >&2
+		exit 1
+	fi
+	launch
+}
+
 case "${1:-}" in
 start) start ;;
 stop) stop ;;
+restart) stop_pid "$pidfile"; resume ;;
+kill) kill_pid "$pidfile" ;;
+resume) resume ;;
 env) echo "BQ_PULSAR_URL=pulsar://127.0.0.1:$port" ;;
-*) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+*) echo "usage: $0 start|stop|restart|kill|resume|env" >&2; exit 2 ;;
 esac
