@@ -56,13 +56,7 @@ type Harness struct {
 
 // Run runs the whole suite.
 func Run(t *testing.T, h Harness) {
-	if h.Timeout == 0 {
-		h.Timeout = 30 * time.Second
-	}
-	if h.DeadLetterQueue == nil {
-		h.DeadLetterQueue = func(q string) string { return q + ".dlq" }
-	}
-	s := &suite{h: h}
+	s := &suite{h: h.withDefaults(30 * time.Second)}
 	t.Run("PublishReceiveProjection", s.publishReceive)
 	t.Run("RetryRaisesAttempts", s.retryRaisesAttempts)
 	t.Run("DeadLetterKeepsOriginal", s.deadLetterKeepsOriginal)
@@ -74,6 +68,17 @@ func Run(t *testing.T, h Harness) {
 	if h.Ordered {
 		t.Run("OrderingPerKey", s.orderingPerKey)
 	}
+}
+
+// withDefaults fills in the optional fields: timeout and "<queue>.dlq".
+func (h Harness) withDefaults(timeout time.Duration) Harness {
+	if h.Timeout == 0 {
+		h.Timeout = timeout
+	}
+	if h.DeadLetterQueue == nil {
+		h.DeadLetterQueue = func(q string) string { return q + ".dlq" }
+	}
+	return h
 }
 
 type suite struct{ h Harness }

@@ -72,12 +72,7 @@ const EnvFaultsOut = "BQ_FAULTS_OUT"
 // checks the bounds: nothing lost, duplicates within the in-flight window,
 // attempts no sooner than 0.8× the backoff.
 func RunFaults(t *testing.T, h FaultHarness) {
-	if h.Timeout == 0 {
-		h.Timeout = 60 * time.Second
-	}
-	if h.DeadLetterQueue == nil {
-		h.DeadLetterQueue = func(q string) string { return q + ".dlq" }
-	}
+	h.Harness = h.withDefaults(60 * time.Second)
 	f := &faults{h: h}
 	t.Run("handler-failures", f.handlerFailures)
 	t.Run("retry-publish-fails", f.retryPublishFails)
@@ -123,6 +118,16 @@ func (k *tracker) ack(id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.acked[id]++
+}
+
+// succeeding is a handler that takes d and succeeds, recording both.
+func (k *tracker) succeeding(d time.Duration) queue.HandlerFunc {
+	return func(_ context.Context, m *queue.Message) error {
+		k.run(idOf(m))
+		time.Sleep(d)
+		k.ack(idOf(m))
+		return nil
+	}
 }
 
 func (k *tracker) ackedDistinct() int {
@@ -448,12 +453,7 @@ func (f *faults) shutdownUnderLoad(t *testing.T) {
 	q := f.h.NewQueue(t)
 	envs := f.publish(t, q, n, nil)
 	k := newTracker()
-	h := func(_ context.Context, m *queue.Message) error {
-		k.run(idOf(m))
-		time.Sleep(5 * time.Millisecond)
-		k.ack(idOf(m))
-		return nil
-	}
+	h := k.succeeding(5 * time.Millisecond)
 	rcv, closeRcv := f.h.Receiver(t, q)
 	stop, _ := f.consumer(t, rcv, f.h.Sender(t), h, queue.WithConcurrency(4))
 	f.waitFor(t, "a quarter handled", func() bool { return k.ackedDistinct() >= n/4 })
@@ -476,12 +476,7 @@ func (f *faults) killedMidBatch(t *testing.T) {
 	q := f.h.NewQueue(t)
 	envs := f.publish(t, q, n, nil)
 	k := newTracker()
-	h := func(_ context.Context, m *queue.Message) error {
-		k.run(idOf(m))
-		time.Sleep(20 * time.Millisecond)
-		k.ack(idOf(m))
-		return nil
-	}
+	h := k.succeeding(20 * time.Millisecond)
 	inner, crash := f.h.Receiver(t, q)
 	rcv := NewFaultyReceiver(inner)
 	crashed := make(chan struct{})
@@ -518,12 +513,7 @@ func (f *faults) brokerKilled(t *testing.T) {
 	k := newTracker()
 	rcv, closeRcv := f.h.Receiver(t, q)
 	defer closeRcv()
-	stop, _ := f.consumer(t, rcv, f.h.Sender(t), func(_ context.Context, m *queue.Message) error {
-		k.run(idOf(m))
-		time.Sleep(5 * time.Millisecond)
-		k.ack(idOf(m))
-		return nil
-	}, queue.WithConcurrency(2))
+	stop, _ := f.consumer(t, rcv, f.h.Sender(t), k.succeeding(5*time.Millisecond), queue.WithConcurrency(2))
 	f.waitFor(t, "a quarter handled", func() bool { return k.ackedDistinct() >= n/4 })
 	f.h.KillBroker(t)
 	time.Sleep(time.Second)
