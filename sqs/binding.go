@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -35,7 +36,19 @@ const (
 )
 
 // ErrTooLarge reports a message whose body and attributes exceed 256 KiB.
-var ErrTooLarge = errors.New("babelqueue/sqs: message exceeds the 256 KiB SQS limit")
+// It wraps driver.ErrTooLarge, so the runtime falls back to a smaller
+// dead-letter copy.
+var ErrTooLarge = fmt.Errorf("babelqueue/sqs: message exceeds the 256 KiB SQS limit: %w", driver.ErrTooLarge)
+
+// seconds rounds a delay up to whole seconds, the unit of SQS visibility
+// timeouts and delays: a 500ms backoff becomes 1s, never 0 (which would
+// redeliver at once).
+func seconds(d time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	return int32((d + time.Second - 1) / time.Second)
+}
 
 // ErrTooManyAttributes reports more than 10 message attributes.
 var ErrTooManyAttributes = errors.New("babelqueue/sqs: more than 10 message attributes")

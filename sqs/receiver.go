@@ -250,6 +250,7 @@ func (r *Receiver) deleteBatch(batch []*ackReq) {
 
 // Release implements driver.Receiver: ChangeMessageVisibility to delay (0:
 // visible at once), after which SQS redelivers it with a higher receive count.
+// The delay is rounded up to whole seconds, the API's unit (at most 12h).
 func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
 	tok, err := r.tokenOf(d)
 	if err != nil {
@@ -259,7 +260,7 @@ func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.D
 	if err != nil {
 		return err
 	}
-	secs := int32(min(max(delay, 0).Round(time.Second)/time.Second, 12*60*60))
+	secs := min(seconds(delay), 12*60*60)
 	if _, err := r.api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(u), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: secs,
 	}); err != nil {
@@ -336,3 +337,19 @@ func (r *Receiver) Close() error {
 
 // DeadLetterQueue implements driver.DeadLetterNamer.
 func (r *Receiver) DeadLetterQueue(queue string) string { return DeadLetterQueue(queue) }
+
+// Prepare implements driver.Preparer: it resolves the queue and, when the
+// consumer publishes dead-letter copies, its dead-letter queue, so that an
+// unreachable endpoint or a missing queue fails Run at once with an error
+// naming it. With WithQueueURLPrefix nothing is looked up.
+func (r *Receiver) Prepare(ctx context.Context, p driver.Plan) error {
+	if _, err := r.queueURL(ctx); err != nil {
+		return err
+	}
+	if p.DeadLetterQueue != nil && r.cfg.urlPrefix == "" {
+		if _, err := r.urls.url(ctx, p.DeadLetterQueue(r.queue)); err != nil {
+			return fmt.Errorf("babelqueue/sqs: dead-letter queue: %w", err)
+		}
+	}
+	return nil
+}

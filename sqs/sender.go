@@ -39,7 +39,16 @@ type config struct {
 	visibility   time.Duration
 	heartbeat    time.Duration
 	maxExtension time.Duration
+	contentDedup bool
 }
+
+// WithContentBasedDeduplication leaves MessageDeduplicationId unset on FIFO
+// queues, so the queue's own content-based deduplication applies (as the
+// Java and Node SQS transports do). The queue must have
+// ContentBasedDeduplication enabled. A retry copy differs from its original
+// (attempts), so it is not swallowed; two identical publishes within five
+// minutes are.
+func WithContentBasedDeduplication() Option { return func(c *config) { c.contentDedup = true } }
 
 // WithQueueURLPrefix builds queue URLs as prefix + name instead of asking
 // GetQueueUrl (for example "https://sqs.eu-west-1.amazonaws.com/123456789012/").
@@ -111,6 +120,10 @@ type entry struct {
 	idx int
 }
 
+// MaxMessageBytes implements driver.SizeLimiter: the 256 KiB limit less
+// room for the message attributes.
+func (s *Sender) MaxMessageBytes(string) int { return MaxMessageSize - 4096 }
+
 // Input returns the SendMessageInput for m (queue URL left empty).
 func (s *Sender) Input(m *driver.Message) (*awssqs.SendMessageInput, error) {
 	attrs, err := Attributes(m, m.Origin != nil)
@@ -124,9 +137,11 @@ func (s *Sender) Input(m *driver.Message) (*awssqs.SendMessageInput, error) {
 	in := &awssqs.SendMessageInput{MessageBody: aws.String(body), MessageAttributes: attrs}
 	if IsFIFO(m.Queue) {
 		in.MessageGroupId = aws.String(s.group(m))
-		in.MessageDeduplicationId = aws.String(dedupID(m))
+		if !s.cfg.contentDedup {
+			in.MessageDeduplicationId = aws.String(dedupID(m))
+		}
 	} else if m.Delay > 0 {
-		in.DelaySeconds = int32(min(m.Delay.Round(time.Second)/time.Second, 900))
+		in.DelaySeconds = min(seconds(m.Delay), 900)
 	}
 	return in, nil
 }

@@ -1,0 +1,125 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+func queueURL(t *testing.T, q string) string {
+	t.Helper()
+	out, err := client(t).GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(q)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aws.ToString(out.QueueUrl)
+}
+
+func TestSecondsRoundUp(t *testing.T) {
+	for d, want := range map[time.Duration]int32{0: 0, -time.Second: 0, time.Millisecond: 1, 500 * time.Millisecond: 1,
+		time.Second: 1, 1001 * time.Millisecond: 2, 90 * time.Second: 90} {
+		if got := seconds(d); got != want {
+			t.Errorf("seconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+// A native retry with a 500ms backoff is redelivered after a whole second
+// (the API's unit), not at once. Before the fix it was truncated to 0.
+func TestSubSecondBackoffIsRoundedUp(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	publish(t, snd, q, nil)
+	r := newTestReceiver(t, q)
+	defer r.Close()
+	var mu sync.Mutex
+	var at []time.Time
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if len(at) == 1 {
+			return errors.New("first try fails")
+		}
+		return nil
+	}, queue.WithBackoff(queue.Constant(500*time.Millisecond)))
+	drivertest.WaitUntil(t, 15*time.Second, "the retry", func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == 2 })
+	_ = stop()
+	if gap := at[1].Sub(at[0]); gap < 800*time.Millisecond {
+		t.Errorf("retry came %v after the failure; a 500ms backoff rounds up to 1s", gap)
+	}
+}
+
+// With content-based deduplication no MessageDeduplicationId is sent, and
+// the queue deduplicates identical bodies itself.
+func TestContentBasedDeduplication(t *testing.T) {
+	needServer(t)
+	name := newQueue(t, false) + "-cbd.fifo"
+	api := client(t)
+	if _, err := api.CreateQueue(context.Background(), &awssqs.CreateQueueInput{QueueName: aws.String(name),
+		Attributes: map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	snd := NewSender(api, WithContentBasedDeduplication())
+	env := publish(t, snd, name, map[string]any{"n": 1})
+	in, err := snd.Input(&driver.Message{Envelope: env, Body: []byte("{}"), Queue: name})
+	if err != nil || in.MessageDeduplicationId != nil {
+		t.Fatalf("MessageDeduplicationId = %v (%v), want none", in.MessageDeduplicationId, err)
+	}
+	body, _ := env.Encode()
+	if err := snd.Send(context.Background(), []*driver.Message{{Envelope: env, Body: body, Queue: name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := newTestReceiver(t, name)
+	defer r.Close()
+	var n int
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		ds, _ := r.Receive(context.Background(), 10)
+		for _, d := range ds {
+			n++
+			_ = r.Ack(context.Background(), d)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d messages received, want 1: the identical second publish is deduplicated by content", n)
+	}
+}
+
+// TestFaults runs the shared fault suite on the local SQS server.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite is long")
+	}
+	needServer(t)
+	snd := NewSender(client(t))
+	drivertest.RunFaults(t, drivertest.FaultHarness{
+		Harness: drivertest.Harness{
+			NewQueue: func(t *testing.T) string { return newQueue(t, false) },
+			Sender:   func(*testing.T) driver.Sender { return snd },
+			Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
+				r := newTestReceiver(t, q)
+				return r, func() { _ = r.Close() }
+			},
+			Timeout: 90 * time.Second,
+		},
+		Module:          "sqs",
+		Server:          "fauxqs",
+		MaxMessageBytes: MaxMessageSize - 4096,
+		MissingDeadLetterQueue: func(t *testing.T) string {
+			q := newQueue(t, false)
+			if _, err := client(t).DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: aws.String(queueURL(t, q+".dlq"))}); err != nil {
+				t.Fatal(err)
+			}
+			return q
+		},
+	})
+}
