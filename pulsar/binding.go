@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -18,6 +19,9 @@ const (
 	PropAttempts      = driver.HeaderAttempts
 	// PropDeadLetterReason carries dead_letter.reason on dead-letter copies.
 	PropDeadLetterReason = driver.HeaderDeadLetterReason
+	// PropDelay carries the delay of a delayed message in milliseconds, as
+	// the Java, .NET and Node Pulsar transports write it.
+	PropDelay = "bq-delay"
 )
 
 // Properties projects m onto Pulsar's string properties: extra headers
@@ -26,10 +30,14 @@ const (
 func Properties(m *driver.Message) map[string]string { return driver.StringHeaders(m) }
 
 // ProducerMessage builds the native message for m: payload = the envelope
-// bytes untouched, the properties, the key, event time = meta.created_at and
-// DeliverAfter = the message's delay.
+// bytes untouched, the properties, the key, event time = meta.created_at and,
+// for a delayed message, DeliverAfter = the delay and bq-delay = the delay in
+// milliseconds (at least 1).
 func ProducerMessage(m *driver.Message) *pulsar.ProducerMessage {
 	pm := &pulsar.ProducerMessage{Payload: m.Body, Properties: Properties(m), Key: m.Key, DeliverAfter: m.Delay}
+	if m.Delay > 0 {
+		pm.Properties[PropDelay] = strconv.FormatInt(max(m.Delay.Milliseconds(), 1), 10)
+	}
 	if pm.Key == "" && m.Origin != nil {
 		if tok, ok := m.Origin.Token.(*token); ok {
 			pm.Key = tok.msg.Key() // a copy keeps its Key_Shared slot
@@ -49,6 +57,22 @@ func NativeAttempts(redeliveryCount uint32) core.NativeAttempts {
 // Attempts is the consume-side reconciliation: max(body, RedeliveryCount).
 func Attempts(bodyAttempts int, redeliveryCount uint32) int {
 	return NativeAttempts(redeliveryCount).Reconcile(bodyAttempts)
+}
+
+// dueAt is when a message carrying bq-delay may be handled: its publish
+// time plus the delay. The broker's delayed delivery has a tick (1s by
+// default) and delivers a DeliverAfter at or below it at once; the Receiver
+// holds such a message until dueAt, so a delay asked for is a delay kept.
+func dueAt(msg pulsar.Message) (time.Time, bool) {
+	v, ok := msg.Properties()[PropDelay]
+	if !ok {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return msg.PublishTime().Add(time.Duration(ms) * time.Millisecond), true
 }
 
 // Gate applies the schema-version gate to the bq-schema-version property.

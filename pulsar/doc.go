@@ -9,8 +9,9 @@
 // attempts = max(body, RedeliveryCount) (0-based, no −1) and the
 // schema-version gate reads the bq-schema-version property.
 //
-// Retries negative-acknowledge natively (RedeliveryCount rises; the delay
-// comes from the NackBackoffPolicy) or republish with attempts + 1; dead
-// letters are published annotated to "<topic>.dlq" or routed by the
-// client's native DLQPolicy.
+// Retries republish with attempts + 1 and the consumer's backoff as
+// DeliverAfter and bq-delay (held by the Receiver until due, below the
+// broker's tick too), or, with WithNativeRetry, negative-acknowledge after
+// the backoff (RedeliveryCount rises); dead letters are published annotated
+// to "<topic>.dlq" or routed by the client's native DLQPolicy.
 package pulsar

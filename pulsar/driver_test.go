@@ -19,14 +19,14 @@ func harness(t *testing.T, subType pulsar.SubscriptionType) drivertest.Harness {
 		NewQueue: func(t *testing.T) string { return newTopic(t) },
 		Sender:   func(*testing.T) driver.Sender { return snd },
 		Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
-			r, err := NewReceiver(client, q, "sub-"+q, WithSubscriptionType(subType), testNack)
+			r, err := NewReceiver(client, q, "sub-"+q, WithSubscriptionType(subType))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return r, func() { _ = r.Close() }
 		},
 		SendRaw: func(t *testing.T, q string, body []byte, headers map[string]string) {
-			p, err := snd.producer(snd.Topic(q))
+			p, err := snd.producer(context.Background(), snd.Topic(q))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -49,7 +49,7 @@ func TestNativeDeadLetterPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	r, err := NewReceiver(client, topic, "native-dlq", testNack, WithNativeDeadLetter(3, ""))
+	r, err := NewReceiver(client, topic, "native-dlq", WithNativeDeadLetter(3, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,51 +76,6 @@ func TestNativeDeadLetterPolicy(t *testing.T) {
 }
 
 // The nack backoff decides when a native retry comes back.
-func TestNackBackoffDelaysRetries(t *testing.T) {
-	client := newClient(t)
-	topic := newTopic(t)
-	snd := NewSender(client)
-	defer snd.Close()
-	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewReceiver(client, topic, "backoff", WithNackBackoff(NackBackoff(queue.Constant(700*time.Millisecond).Delay)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var mu sync.Mutex
-	var at []time.Time
-	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		at = append(at, time.Now())
-		if len(at) == 1 {
-			return errors.New("once")
-		}
-		return nil
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		n := len(at)
-		mu.Unlock()
-		if n == 2 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	_ = stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(at) != 2 {
-		t.Fatalf("runs %d, want 2", len(at))
-	}
-	if gap := at[1].Sub(at[0]); gap < 650*time.Millisecond {
-		t.Errorf("retry after %v, before the 700ms nack backoff", gap)
-	}
-}
-
 func TestTopicPrefix(t *testing.T) {
 	client := newClient(t)
 	topic := newTopic(t)

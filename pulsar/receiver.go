@@ -25,9 +25,22 @@ func WithInitialPosition(p pulsar.SubscriptionInitialPosition) Option {
 }
 
 // WithNackBackoff sets the redelivery delay of negative acknowledgements as
-// a function of the redelivery count (default: the client's 1 minute).
-// NackBackoff adapts a queue.Backoff.
+// a function of the redelivery count.
+//
+// Deprecated: the Receiver honours the delay the runtime asks for (the
+// consumer's queue.WithBackoff) by negatively acknowledging after it; a
+// policy set here is added on top of that delay.
 func WithNackBackoff(p pulsar.NackBackoffPolicy) Option { return func(c *config) { c.nackBackoff = p } }
+
+// WithNativeRetry retries by negative acknowledgement (the broker's
+// RedeliveryCount raises attempts), as the Java, .NET and Node peers do,
+// instead of republishing a copy with attempts + 1 (the default). The
+// redelivery count lives in broker memory: a broker restart starts it from
+// 0 again, so max attempts is not kept across restarts in this mode, and a
+// nack redelivers every unacknowledged message of its batch (the Sender
+// publishes without batching unless told otherwise). WithNativeDeadLetter
+// implies it.
+func WithNativeRetry() Option { return func(c *config) { c.nativeRetry = true } }
 
 // NackBackoff adapts a delay function of the attempt number (1 for the
 // first retry), such as queue.Backoff's Delay method, to Pulsar's
@@ -69,6 +82,9 @@ type Receiver struct {
 
 	mu     sync.Mutex
 	closed bool
+	ready  []pulsar.Message         // held messages now due
+	timers map[*time.Timer]struct{} // pending holds and delayed nacks
+	wake   chan struct{}            // a held message became due
 }
 
 type token struct{ msg pulsar.Message }
@@ -85,6 +101,11 @@ func NewReceiver(client pulsar.Client, queue, subscription string, opts ...Optio
 		Type:                        cfg.subType,
 		SubscriptionInitialPosition: cfg.position,
 		NackBackoffPolicy:           cfg.nackBackoff,
+		// Release waits out the runtime's delay itself, then nacks: the
+		// client's own redelivery delay only adds its tick.
+		NackRedeliveryDelay: 30 * time.Millisecond,
+		// Acks are exact per message even when a producer batched.
+		EnableBatchIndexAcknowledgment: true,
 	}
 	if cfg.dlq != nil {
 		dlq := *cfg.dlq
@@ -101,16 +122,20 @@ func NewReceiver(client pulsar.Client, queue, subscription string, opts ...Optio
 	if err != nil {
 		return nil, fmt.Errorf("babelqueue/pulsar: subscribing to %s as %s: %w", co.Topic, subscription, err)
 	}
-	return &Receiver{consumer: c, queue: queue, cfg: cfg, pollWait: 500 * time.Millisecond}, nil
+	return &Receiver{consumer: c, queue: queue, cfg: cfg, pollWait: 500 * time.Millisecond,
+		timers: map[*time.Timer]struct{}{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Consumer returns the underlying Pulsar consumer.
 func (r *Receiver) Consumer() pulsar.Consumer { return r.consumer }
 
-// Capabilities implements driver.Receiver: a negative acknowledgement raises
-// RedeliveryCount, so it serves as a native retry.
+// Capabilities implements driver.Receiver. By default retries republish a
+// copy with attempts + 1 and the backoff as DeliverAfter (attempts survive
+// a broker restart); with WithNativeRetry or WithNativeDeadLetter a negative
+// acknowledgement serves as the retry.
 func (r *Receiver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{NativeRetry: true, NativeDeadLetter: r.cfg.dlq != nil}
+	native := r.cfg.nativeRetry || r.cfg.dlq != nil
+	return driver.Capabilities{NativeRetry: native, Delay: true, NativeDeadLetter: r.cfg.dlq != nil}
 }
 
 // Receive implements driver.Receiver: it waits up to half a second for one
@@ -122,32 +147,99 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	if closed {
 		return nil, driver.ErrClosed
 	}
+	if ds := r.takeReady(max); len(ds) > 0 {
+		return ds, nil
+	}
 	pctx, cancel := context.WithTimeout(ctx, r.pollWait)
-	msg, err := r.consumer.Receive(pctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
+	defer cancel()
+	var ds []*driver.Delivery
+	for len(ds) == 0 {
+		select {
+		case cm, ok := <-r.consumer.Chan():
+			if !ok {
+				return nil, driver.ErrClosed
+			}
+			if d := r.admit(cm.Message); d != nil {
+				ds = append(ds, d)
+			}
+		case <-r.wake:
+			ds = r.takeReady(max)
+		case <-pctx.Done():
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, nil
 		}
-		return nil, fmt.Errorf("babelqueue/pulsar: receive: %w", err)
 	}
-	ds := []*driver.Delivery{r.delivery(msg)}
 	for len(ds) < max {
 		select {
 		case cm, ok := <-r.consumer.Chan():
 			if !ok {
 				return ds, nil
 			}
-			ds = append(ds, r.delivery(cm.Message))
+			if d := r.admit(cm.Message); d != nil {
+				ds = append(ds, d)
+			}
 			continue
 		default:
 		}
 		break
 	}
 	return ds, nil
+}
+
+// admit returns the delivery of msg, or holds msg (returning nil) when it
+// carries a bq-delay that has not passed yet.
+func (r *Receiver) admit(msg pulsar.Message) *driver.Delivery {
+	due, ok := dueAt(msg)
+	if wait := time.Until(due); ok && wait > 0 {
+		r.after(wait, func() {
+			r.mu.Lock()
+			r.ready = append(r.ready, msg)
+			r.mu.Unlock()
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		})
+		return nil
+	}
+	return r.delivery(msg)
+}
+
+// after runs fn after d unless the Receiver is closed first.
+func (r *Receiver) after(d time.Duration, fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		r.mu.Lock()
+		_, live := r.timers[t]
+		delete(r.timers, t)
+		r.mu.Unlock()
+		if live {
+			fn()
+		}
+	})
+	r.timers[t] = struct{}{}
+}
+
+func (r *Receiver) takeReady(max int) []*driver.Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := min(max, len(r.ready))
+	if n == 0 {
+		return nil
+	}
+	ds := make([]*driver.Delivery, n)
+	for i, msg := range r.ready[:n] {
+		ds[i] = r.delivery(msg)
+	}
+	r.ready = r.ready[n:]
+	return ds
 }
 
 func (r *Receiver) delivery(msg pulsar.Message) *driver.Delivery {
@@ -168,6 +260,7 @@ func (r *Receiver) delivery(msg pulsar.Message) *driver.Delivery {
 		Gate:        Gate(sv, hasSV),
 		OrderingKey: key,
 		Token:       &token{msg: msg},
+		Position:    msg.ID().String(),
 	}
 }
 
@@ -191,15 +284,20 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 	return nil
 }
 
-// Release implements driver.Receiver with a negative acknowledgement: the
-// broker redelivers the message with RedeliveryCount + 1 after the delay of
-// the NackBackoffPolicy (Pulsar has no per-message nack delay).
-func (r *Receiver) Release(_ context.Context, d *driver.Delivery, _ time.Duration) error {
+// Release implements driver.Receiver with a negative acknowledgement after
+// delay (Pulsar has no per-message nack delay, so the Receiver waits it out):
+// the broker redelivers the message with RedeliveryCount + 1. If the
+// Receiver closes first, the unacknowledged message is redelivered anyway.
+func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Duration) error {
 	tok, err := tokenOf(d)
 	if err != nil {
 		return err
 	}
-	r.consumer.Nack(tok.msg)
+	if delay <= 0 {
+		r.consumer.Nack(tok.msg)
+		return nil
+	}
+	r.after(delay, func() { r.consumer.Nack(tok.msg) })
 	return nil
 }
 
@@ -220,6 +318,10 @@ func (r *Receiver) Close() error {
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.closed = true
+		for t := range r.timers {
+			t.Stop()
+		}
+		r.timers = nil
 		r.consumer.Close()
 	}
 	return nil

@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ type config struct {
 	subType      pulsar.SubscriptionType
 	position     pulsar.SubscriptionInitialPosition
 	nackBackoff  pulsar.NackBackoffPolicy
+	nativeRetry  bool
 	dlq          *pulsar.DLQPolicy
 	consumerOpts func(*pulsar.ConsumerOptions)
 }
@@ -28,7 +30,11 @@ type config struct {
 func WithTopicPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
 // WithProducerOptions adjusts the options of every producer (batching,
-// compression, send timeout…); Topic is set by the Sender.
+// compression, send timeout…); Topic is set by the Sender. Batching is off
+// by default so that every acknowledgement and negative acknowledgement is
+// exact per message; turn it on here (DisableBatching: false) for
+// throughput when consumers use batch-index acknowledgement and republish
+// retries (the default).
 func WithProducerOptions(fn func(*pulsar.ProducerOptions)) Option {
 	return func(c *config) { c.producerOpts = fn }
 }
@@ -40,8 +46,17 @@ type Sender struct {
 	cfg    config
 
 	mu        sync.Mutex
-	producers map[string]pulsar.Producer
+	producers map[string]*producerEntry
 	closed    bool
+}
+
+// producerEntry is a producer being created or created: ready closes when
+// p or err is set. Creating one never holds the Sender's mutex, so a slow
+// topic does not block publishes to the others.
+type producerEntry struct {
+	ready chan struct{}
+	p     pulsar.Producer
+	err   error
 }
 
 // NewSender returns a Sender on client, which the caller keeps ownership of.
@@ -50,50 +65,101 @@ func NewSender(client pulsar.Client, opts ...Option) *Sender {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Sender{client: client, cfg: cfg, producers: map[string]pulsar.Producer{}}
+	return &Sender{client: client, cfg: cfg, producers: map[string]*producerEntry{}}
 }
+
+// DefaultMaxMessageBytes is the broker's default maxMessageSize (5 MiB).
+const DefaultMaxMessageBytes = 5 << 20
+
+// MaxMessageBytes implements driver.SizeLimiter: the broker's default
+// maxMessageSize less room for the properties.
+func (s *Sender) MaxMessageBytes(string) int { return DefaultMaxMessageBytes - 64<<10 }
 
 // Topic returns the native topic of a logical queue.
 func (s *Sender) Topic(queue string) string { return s.cfg.prefix + queue }
 
-func (s *Sender) producer(topic string) (pulsar.Producer, error) {
+// producer returns the topic's producer, creating it on first use; it waits
+// no longer than ctx. A failed creation is forgotten, so the next publish
+// tries again.
+func (s *Sender) producer(ctx context.Context, topic string) (pulsar.Producer, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, driver.ErrClosed
 	}
-	if p, ok := s.producers[topic]; ok {
-		return p, nil
+	e, ok := s.producers[topic]
+	if !ok {
+		e = &producerEntry{ready: make(chan struct{})}
+		s.producers[topic] = e
+		go s.create(topic, e)
 	}
-	opts := pulsar.ProducerOptions{Topic: topic}
+	s.mu.Unlock()
+	select {
+	case <-e.ready:
+		return e.p, e.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("babelqueue/pulsar: producer for %s not ready: %w", topic, ctx.Err())
+	}
+}
+
+func (s *Sender) create(topic string, e *producerEntry) {
+	opts := pulsar.ProducerOptions{Topic: topic, DisableBatching: true}
 	if s.cfg.producerOpts != nil {
 		s.cfg.producerOpts(&opts)
 		opts.Topic = topic
 	}
 	p, err := s.client.CreateProducer(opts)
+	s.mu.Lock()
 	if err != nil {
-		return nil, fmt.Errorf("babelqueue/pulsar: producer for %s: %w", topic, err)
+		e.err = fmt.Errorf("babelqueue/pulsar: producer for %s: %w", topic, err)
+		delete(s.producers, topic)
+	} else if s.closed {
+		e.err = driver.ErrClosed
+		delete(s.producers, topic)
+		defer p.Close()
+	} else {
+		e.p = p
 	}
-	s.producers[topic] = p
-	return p, nil
+	s.mu.Unlock()
+	close(e.ready)
 }
 
 // Send publishes msgs and waits until the broker persisted each; a partial
 // failure returns a *driver.BatchError.
+//
+// Send returns when ctx ends even if the broker has not answered (the
+// messages not confirmed by then fail with ctx's error; the producer may
+// still deliver them, so a caller that retries can publish a duplicate).
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
-	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	wg.Add(len(msgs)) // done runs exactly once per message
-	used := s.sendAsync(ctx, msgs, func(i int, err error) {
-		errs[i] = err
-		wg.Done()
-	})
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(msgs)) // done runs exactly once per message
+	used := s.sendAsync(ctx, msgs, func(i int, err error) { results <- result{i, err} })
 	// A caller waiting for the result should not also wait for the
 	// producer's batching delay.
 	for _, p := range used {
 		_ = p.FlushWithCtx(ctx) // a failure shows in the callbacks
 	}
-	wg.Wait()
+	errs := make([]error, len(msgs))
+	pending := len(msgs)
+	for pending > 0 {
+		select {
+		case r := <-results:
+			errs[r.i] = r.err
+			pending--
+		case <-ctx.Done():
+			for i := range errs {
+				if errs[i] == nil {
+					errs[i] = fmt.Errorf("babelqueue/pulsar: sending to %s: %w", s.Topic(msgs[i].Queue), ctx.Err())
+				}
+			}
+			// Results that were in flight are dropped: the channel is
+			// buffered for every message, so no callback blocks.
+			pending = 0
+		}
+	}
 	return driver.SendResult(errs)
 }
 
@@ -109,7 +175,7 @@ func (s *Sender) sendAsync(ctx context.Context, msgs []*driver.Message, done fun
 	var used []pulsar.Producer
 	for i, m := range msgs {
 		topic := s.Topic(m.Queue)
-		p, err := s.producer(topic)
+		p, err := s.producer(ctx, topic)
 		if err != nil {
 			done(i, err)
 			continue
@@ -118,7 +184,10 @@ func (s *Sender) sendAsync(ctx context.Context, msgs []*driver.Message, done fun
 			used = append(used, p)
 		}
 		p.SendAsync(ctx, ProducerMessage(m), func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-			if err != nil {
+			switch {
+			case errors.Is(err, pulsar.ErrMessageTooLarge):
+				err = fmt.Errorf("babelqueue/pulsar: sending %d bytes to %s: %w: %w", len(m.Body), topic, driver.ErrTooLarge, err)
+			case err != nil:
 				err = fmt.Errorf("babelqueue/pulsar: sending to %s: %w", topic, err)
 			}
 			done(i, err)
@@ -129,13 +198,7 @@ func (s *Sender) sendAsync(ctx context.Context, msgs []*driver.Message, done fun
 
 // Flush waits for every message handed to the producers so far.
 func (s *Sender) Flush(ctx context.Context) error {
-	s.mu.Lock()
-	ps := make([]pulsar.Producer, 0, len(s.producers))
-	for _, p := range s.producers {
-		ps = append(ps, p)
-	}
-	s.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range s.ready() {
 		if err := p.FlushWithCtx(ctx); err != nil {
 			return fmt.Errorf("babelqueue/pulsar: flush %s: %w", p.Topic(), err)
 		}
@@ -143,12 +206,29 @@ func (s *Sender) Flush(ctx context.Context) error {
 	return nil
 }
 
+// ready returns the producers created so far.
+func (s *Sender) ready() []pulsar.Producer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ps []pulsar.Producer
+	for _, e := range s.producers {
+		select {
+		case <-e.ready:
+			if e.p != nil {
+				ps = append(ps, e.p)
+			}
+		default:
+		}
+	}
+	return ps
+}
+
 // Close flushes and closes every producer.
 func (s *Sender) Close() error {
+	ps := s.ready()
 	s.mu.Lock()
 	s.closed = true
-	ps := s.producers
-	s.producers = map[string]pulsar.Producer{}
+	s.producers = map[string]*producerEntry{}
 	s.mu.Unlock()
 	for _, p := range ps {
 		p.Close()

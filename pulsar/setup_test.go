@@ -53,6 +53,3 @@ var unsafeTopic = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 func newTopic(t testing.TB) string {
 	return fmt.Sprintf("bq-%s-%d-%d", unsafeTopic.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano()%1e6, topicNo.Add(1))
 }
-
-// testNack redelivers negatively acknowledged messages after 100ms.
-var testNack = WithNackBackoff(NackBackoff(func(int) time.Duration { return 100 * time.Millisecond }))

@@ -55,6 +55,8 @@ managedLedgerDefaultAckQuorum=1
 allowAutoTopicCreation=true
 allowAutoTopicCreationType=non-partitioned
 brokerDeleteInactiveTopicsEnabled=false
+# exact acknowledgements inside producer batches (the Receiver asks for them)
+acknowledgmentAtBatchIndexLevelEnabled=true
 functionsWorkerEnabled=false
 webSocketServiceEnabled=false
 # test broker: no fsync per journal write (faster tests; not for production)

@@ -1,0 +1,258 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+// attemptTimes runs a consumer whose handler fails the first fails runs of
+// one message, and returns when each run started.
+func attemptTimes(t *testing.T, r *Receiver, snd *Sender, fails int, opts ...queue.ConsumerOption) []time.Time {
+	t.Helper()
+	var mu sync.Mutex
+	var at []time.Time
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if len(at) <= fails {
+			return errors.New("not yet")
+		}
+		return nil
+	}, append([]queue.ConsumerOption{queue.WithMaxAttempts(fails + 2)}, opts...)...)
+	drivertest.WaitUntil(t, 30*time.Second, "every attempt", func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == fails+1 })
+	_ = stop()
+	mu.Lock()
+	defer mu.Unlock()
+	return append([]time.Time(nil), at...)
+}
+
+func checkGaps(t *testing.T, at []time.Time, backoff time.Duration) {
+	t.Helper()
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < backoff*8/10 {
+			t.Errorf("attempt %d came %v after the previous one; the backoff asked for %v", i+1, gap, backoff)
+		}
+	}
+}
+
+// The default retry republishes with DeliverAfter and bq-delay; a delay at
+// or below the broker's 1s delayed-delivery tick, which the broker delivers
+// at once, is held by the Receiver until due.
+func TestSubTickBackoffIsHonoured(t *testing.T) {
+	client := newClient(t)
+	topic := newTopic(t)
+	snd := NewSender(client)
+	defer snd.Close()
+	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReceiver(client, topic, "subtick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const backoff = 500 * time.Millisecond
+	checkGaps(t, attemptTimes(t, r, snd, 2, queue.WithBackoff(queue.Constant(backoff))), backoff)
+}
+
+// Native retry negatively acknowledges after the consumer's backoff (no
+// NackBackoffPolicy needed); before, it waited the client's default minute.
+func TestNativeRetryHonoursTheBackoff(t *testing.T) {
+	client := newClient(t)
+	topic := newTopic(t)
+	snd := NewSender(client)
+	defer snd.Close()
+	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReceiver(client, topic, "native", WithNativeRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const backoff = 700 * time.Millisecond
+	at := attemptTimes(t, r, snd, 1, queue.WithBackoff(queue.Constant(backoff)))
+	checkGaps(t, at, backoff)
+	if gap := at[1].Sub(at[0]); gap > 10*time.Second {
+		t.Errorf("native retry after %v: the client's default nack delay, not the backoff", gap)
+	}
+}
+
+// A delayed publish carries bq-delay in milliseconds, as the sibling
+// transports write it.
+func TestDelayedPublishCarriesBqDelay(t *testing.T) {
+	env, _ := core.New(testURN, nil)
+	body, _ := env.Encode()
+	pm := ProducerMessage(&driver.Message{Envelope: env, Body: body, Queue: "q", Delay: 1500 * time.Millisecond})
+	if pm.Properties[PropDelay] != "1500" || pm.DeliverAfter != 1500*time.Millisecond {
+		t.Errorf("bq-delay %q, DeliverAfter %v", pm.Properties[PropDelay], pm.DeliverAfter)
+	}
+	pm = ProducerMessage(&driver.Message{Envelope: env, Body: body, Queue: "q"})
+	if _, ok := pm.Properties[PropDelay]; ok {
+		t.Error("an undelayed message carries bq-delay")
+	}
+}
+
+// With producer batching on, retries are exact per message: of 100
+// messages, every fourth failing once, each success is handled once.
+// Before, a nack redelivered its whole batch and successes ran 2–4 times.
+func TestRetriesAreExactPerMessageWithBatching(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		client := newClient(t)
+		topic := newTopic(t)
+		snd := NewSender(client, WithProducerOptions(func(o *pulsar.ProducerOptions) {
+			o.DisableBatching = false // batches of many messages: acks and nacks must stay exact
+			o.BatchingMaxPublishDelay = 20 * time.Millisecond
+		}))
+		var batch []queue.Outgoing
+		for i := range 100 {
+			env, _ := core.New(testURN, map[string]any{"i": i}, core.WithQueue(topic))
+			batch = append(batch, queue.Outgoing{Envelope: env})
+		}
+		if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+		var opts []Option
+		if native {
+			opts = append(opts, WithNativeRetry())
+		}
+		r, err := NewReceiver(client, topic, "exact", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		runs := map[int]int{}
+		ok := map[int]int{}
+		stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+			var d struct{ I int }
+			_ = m.Envelope.DecodeData(&d)
+			mu.Lock()
+			defer mu.Unlock()
+			runs[d.I]++
+			if d.I%4 == 0 && m.Envelope.Attempts == 0 {
+				return errors.New("once")
+			}
+			ok[d.I]++
+			return nil
+		}, queue.WithConcurrency(4), queue.WithBackoff(queue.Constant(50*time.Millisecond)))
+		drivertest.WaitUntil(t, 30*time.Second, "100 successes", func() bool { mu.Lock(); defer mu.Unlock(); return len(ok) == 100 })
+		time.Sleep(500 * time.Millisecond)
+		_ = stop()
+		_ = r.Close()
+		_ = snd.Close()
+		mu.Lock()
+		for i, n := range ok {
+			if n != 1 {
+				t.Errorf("native=%v: message %d succeeded %d times", native, i, n)
+			}
+		}
+		mu.Unlock()
+	}
+}
+
+// Publish honours its context while the broker cannot be reached (the
+// client's operation timeout is 30s), and a topic whose producer is stuck
+// does not block publishes to another topic.
+func TestPublishHonoursContext(t *testing.T) {
+	needBroker(t)
+	port, err := drivertest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := pulsar.NewClient(pulsar.ClientOptions{URL: fmt.Sprintf("pulsar://127.0.0.1:%d", port), OperationTimeout: 30 * time.Second,
+		Logger: plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	snd := NewSender(down)
+	defer snd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := queue.NewPublisher(snd).Publish(ctx, "t", testURN, nil); err == nil {
+		t.Fatal("publish with the broker down succeeded")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Publish returned after %v; its context allowed 1s", d)
+	}
+
+	// One Sender, one topic stuck (its producer cannot be created in time),
+	// another fine.
+	client := newClient(t)
+	mixed := NewSender(client, WithTopicPrefix(""))
+	defer mixed.Close()
+	topic := newTopic(t)
+	slowCtx, cancelSlow := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelSlow()
+	go func() {
+		_, _ = queue.NewPublisher(mixed).Publish(slowCtx, "persistent://no-such-tenant/ns/x", testURN, nil)
+	}()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if _, err := queue.NewPublisher(mixed).Publish(ctx2, topic, testURN, nil); err != nil {
+		t.Fatalf("publish to a good topic: %v", err)
+	}
+}
+
+// TestFaults runs the shared fault suite on the real broker.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite is long")
+	}
+	client := newClient(t)
+	snd := NewSender(client)
+	defer snd.Close()
+	h := drivertest.FaultHarness{
+		KillBroker:  serverScript("kill"),
+		StartBroker: serverScript("resume"),
+		Harness: drivertest.Harness{
+			NewQueue: func(t *testing.T) string { return newTopic(t) },
+			Sender:   func(*testing.T) driver.Sender { return snd },
+			Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
+				r, err := NewReceiver(client, q, "sub-"+q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r, func() { _ = r.Close() }
+			},
+			Timeout: 90 * time.Second,
+		},
+		Module: "pulsar",
+		Server: "pulsar-4.2.4",
+	}
+	if os.Getenv(EnvServerScript) == "" {
+		h.KillBroker, h.StartBroker = nil, nil
+	}
+	drivertest.RunFaults(t, h)
+}
+
+// EnvServerScript names the scripts/pulsar-server.sh that started the
+// broker; with it the fault suite kills the broker mid-consume and resumes
+// it on its data.
+const EnvServerScript = "BQ_PULSAR_SERVER_SCRIPT"
+
+func serverScript(verb string) func(t *testing.T) {
+	return func(t *testing.T) {
+		out, err := exec.Command(os.Getenv(EnvServerScript), verb).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", os.Getenv(EnvServerScript), verb, err, out)
+		}
+	}
+}
