@@ -3,6 +3,7 @@ package azureservicebus
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"time"
 
@@ -18,6 +19,12 @@ const (
 	PropCreatedAt     = "bq-created-at"
 	// PropDeadLetterReason carries dead_letter.reason on dead-letter copies.
 	PropDeadLetterReason = "bq-dead-letter-reason"
+	// PropDelay (milliseconds) rides on delayed messages, as the Java,
+	// .NET and Node Service Bus transports write it.
+	PropDelay = "bq-delay"
+	// PropReturned counts the redeliveries the runtime caused without
+	// running the handler (shutdown); reconciliation subtracts them.
+	PropReturned = "bq-returned"
 	// ContentType is the content type of every envelope.
 	ContentType = "application/json"
 )
@@ -65,6 +72,7 @@ func Project(m *driver.Message, now time.Time) *azservicebus.Message {
 	}
 	if m.Delay > 0 {
 		msg.ScheduledEnqueueTime = ptr(now.Add(m.Delay))
+		props[PropDelay] = max(m.Delay.Milliseconds(), 1)
 	}
 	if m.Key != "" {
 		msg.SessionID = ptr(m.Key)
@@ -95,6 +103,26 @@ func ptr[T any](v T) *T { return &v }
 // a count of 0 or 1 leaves the body's attempts in charge.
 func NativeAttempts(deliveryCount uint32) core.NativeAttempts {
 	return core.NativeAttempts{Count: int(deliveryCount) - 1, Known: true}
+}
+
+// nativeAttempts is NativeAttempts less the redeliveries the runtime caused
+// itself (bq-returned).
+func nativeAttempts(deliveryCount uint32, returned int) core.NativeAttempts {
+	n := NativeAttempts(deliveryCount)
+	n.Count = max(n.Count-returned, 0)
+	return n
+}
+
+// returned reads bq-returned (any integer type; 0 when absent or not one).
+func returned(props map[string]any) int {
+	rv := reflect.ValueOf(props[PropReturned])
+	switch {
+	case rv.CanInt():
+		return int(max(rv.Int(), 0))
+	case rv.CanUint():
+		return int(min(rv.Uint(), uint64(math.MaxInt32)))
+	}
+	return 0
 }
 
 // Attempts is the consume-side reconciliation: max(body, DeliveryCount − 1).

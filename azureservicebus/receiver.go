@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ type Option func(*config)
 
 type config struct {
 	topic, subscription string
+	renewAuto           bool // renew relative to each lock's duration
 	renewEvery          time.Duration
 	maxRenewal          time.Duration
 	pollWait            time.Duration
@@ -36,7 +38,7 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	cfg := config{
-		renewEvery: 10 * time.Second, maxRenewal: time.Hour, pollWait: time.Second,
+		renewAuto: true, maxRenewal: time.Hour, pollWait: time.Second,
 		maxSessions: 8, sessionIdle: 2 * time.Second,
 	}
 	for _, o := range opts {
@@ -57,8 +59,35 @@ func WithSubscription(topic, subscription string) Option {
 
 // WithLockRenewal sets how often the locks of unsettled messages (of the
 // sessions held, for a SessionReceiver) are checked and renewed when they
-// would expire before the next check (default 10s); 0 disables renewal.
-func WithLockRenewal(every time.Duration) Option { return func(c *config) { c.renewEvery = every } }
+// would expire before the next check; 0 disables renewal. By default each
+// lock is renewed when half of its duration is left (read off LockedUntil
+// at receipt), so every lock duration the service allows (5s to 5m) works
+// without tuning.
+func WithLockRenewal(every time.Duration) Option {
+	return func(c *config) { c.renewAuto, c.renewEvery = false, every }
+}
+
+// autoRenewTick is how often locks are checked under automatic renewal.
+const autoRenewTick = 250 * time.Millisecond
+
+// renewDue reports whether a lock of duration dur expiring at until must be
+// renewed now: with less than half its duration left (automatic renewal),
+// or less than two check intervals.
+func (c *config) renewDue(until time.Time, dur time.Duration, now time.Time) bool {
+	left := until.Sub(now)
+	if c.renewAuto {
+		return left < max(dur/2, 2*autoRenewTick)
+	}
+	return left < 2*c.renewEvery
+}
+
+// renewTick is how often the renewal loop looks at the locks (0: never).
+func (c *config) renewTick() time.Duration {
+	if c.renewAuto {
+		return autoRenewTick
+	}
+	return c.renewEvery
+}
 
 // WithMaxLockRenewal bounds how long one message's lock is renewed
 // (default 1h); after that the lock expires and the message is redelivered.
@@ -82,6 +111,7 @@ type Receiver struct {
 
 	mu          sync.Mutex
 	outstanding map[*token]struct{}
+	delayed     map[*time.Timer]struct{} // abandons waiting out their delay
 	closed      bool
 	stop, done  chan struct{}
 }
@@ -89,7 +119,8 @@ type Receiver struct {
 type token struct {
 	msg      *azservicebus.ReceivedMessage
 	received time.Time
-	lost     error // set when renewing failed: the lock is gone
+	lockDur  time.Duration // LockedUntil at receipt − receipt
+	lost     error         // set when renewing failed: the lock is gone
 }
 
 // NewReceiver opens a peek-lock receiver on queue (or, with WithSubscription,
@@ -109,15 +140,16 @@ func NewReceiver(client *azservicebus.Client, queue string, opts ...Option) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("babelqueue/azureservicebus: receiver for %s: %w", queue, err)
 	}
-	r := &Receiver{rcv: rcv, queue: queue, cfg: cfg, outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &Receiver{rcv: rcv, queue: queue, cfg: cfg, outstanding: map[*token]struct{}{},
+		delayed: map[*time.Timer]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.renewLoop()
 	return r, nil
 }
 
-// Capabilities implements driver.Receiver: an abandon raises DeliveryCount,
-// and dead-lettering is native.
+// Capabilities implements driver.Receiver: an abandon raises DeliveryCount
+// (after the delay asked for), and dead-lettering is native.
 func (r *Receiver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{NativeRetry: true, NativeDeadLetter: true}
+	return driver.Capabilities{NativeRetry: true, Delay: true, NativeDeadLetter: true}
 }
 
 // Receive implements driver.Receiver.
@@ -144,7 +176,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	ds := make([]*driver.Delivery, 0, len(msgs))
 	r.mu.Lock()
 	for _, m := range msgs {
-		tok := &token{msg: m, received: now}
+		tok := &token{msg: m, received: now, lockDur: lockDurationOf(m, now)}
 		r.outstanding[tok] = struct{}{}
 		ds = append(ds, delivery(r.queue, m, tok))
 	}
@@ -187,14 +219,65 @@ func (r *Receiver) Ack(ctx context.Context, d *driver.Delivery) error {
 }
 
 // Release implements driver.Receiver with AbandonMessage: Service Bus
-// redelivers the message at once with DeliveryCount + 1 (an abandon cannot
-// be delayed).
-func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, _ time.Duration) error {
+// redelivers the message with DeliveryCount + 1. An abandon cannot be
+// delayed, so with a delay the Receiver keeps the message locked (renewing
+// the lock) for that long and abandons it then; if the Receiver closes
+// first, the lock expires and the message comes back all the same.
+func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+	tok, ok := d.Token.(*token)
+	if !ok {
+		return fmt.Errorf("babelqueue/azureservicebus: foreign delivery token %T", d.Token)
+	}
+	if delay <= 0 {
+		if _, err := r.take(d); err != nil {
+			return err
+		}
+		return abandon(ctx, r.rcv, tok.msg)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tok.lost != nil {
+		delete(r.outstanding, tok)
+		return tok.lost
+	}
+	if r.closed {
+		return driver.ErrClosed
+	}
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		r.mu.Lock()
+		_, live := r.delayed[t]
+		delete(r.delayed, t)
+		r.mu.Unlock()
+		if !live {
+			return
+		}
+		if _, err := r.take(d); err != nil {
+			r.cfg.logger.Warn("babelqueue/azureservicebus: delayed abandon: the lock was lost; the message comes back when it expires",
+				slog.String("queue", r.queue), slog.Any("error", err))
+			return
+		}
+		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := abandon(actx, r.rcv, tok.msg); err != nil {
+			r.cfg.logger.Warn("babelqueue/azureservicebus: delayed abandon failed; the message comes back when its lock expires",
+				slog.String("queue", r.queue), slog.Any("error", err))
+		}
+	})
+	r.delayed[t] = struct{}{}
+	return nil
+}
+
+// Return implements driver.Returner: it abandons a delivery the runtime
+// hands back without having handled it (shutdown) and counts it in the
+// bq-returned property, so attempts reconciliation does not count that
+// redelivery as an attempt.
+func (r *Receiver) Return(ctx context.Context, d *driver.Delivery) error {
 	tok, err := r.take(d)
 	if err != nil {
 		return err
 	}
-	return abandon(ctx, r.rcv, tok.msg)
+	return returnMessage(ctx, r.rcv, tok.msg)
 }
 
 // DeadLetter implements driver.DeadLetterer: the message moves to the
@@ -230,6 +313,25 @@ func abandon(ctx context.Context, s settler, m *azservicebus.ReceivedMessage) er
 	return nil
 }
 
+// returnMessage abandons m with bq-returned raised by one.
+func returnMessage(ctx context.Context, s settler, m *azservicebus.ReceivedMessage) error {
+	n := returned(m.ApplicationProperties) + 1
+	opts := &azservicebus.AbandonMessageOptions{PropertiesToModify: map[string]any{PropReturned: int64(n)}}
+	if err := s.AbandonMessage(ctx, m, opts); err != nil {
+		return settleErr("abandon", err)
+	}
+	return nil
+}
+
+// lockDuration estimates the entity's lock duration from a message's
+// LockedUntil at receipt (at least a second; 30s, the default, when unknown).
+func lockDurationOf(m *azservicebus.ReceivedMessage, now time.Time) time.Duration {
+	if m.LockedUntil == nil {
+		return 30 * time.Second
+	}
+	return max(m.LockedUntil.Sub(now), time.Second)
+}
+
 func deadLetter(ctx context.Context, s settler, m *azservicebus.ReceivedMessage, dl core.DeadLetter) error {
 	opts := &azservicebus.DeadLetterOptions{Reason: ptr(string(dl.Reason))}
 	if dl.Error != "" {
@@ -244,13 +346,18 @@ func deadLetter(ctx context.Context, s settler, m *azservicebus.ReceivedMessage,
 // delivery builds the runtime's view of a received message.
 func delivery(queue string, m *azservicebus.ReceivedMessage, tok any) *driver.Delivery {
 	sv, hasSV := m.ApplicationProperties[PropSchemaVersion]
+	pos := ""
+	if m.SequenceNumber != nil {
+		pos = strconv.FormatInt(*m.SequenceNumber, 10)
+	}
 	return &driver.Delivery{
-		Body:    m.Body,
-		Queue:   queue,
-		Headers: headers(m.ApplicationProperties),
-		Native:  NativeAttempts(m.DeliveryCount),
-		Gate:    Gate(sv, hasSV),
-		Token:   tok,
+		Body:     m.Body,
+		Queue:    queue,
+		Headers:  headers(m.ApplicationProperties),
+		Native:   nativeAttempts(m.DeliveryCount, returned(m.ApplicationProperties)),
+		Gate:     Gate(sv, hasSV),
+		Token:    tok,
+		Position: m.MessageID + "@" + pos,
 	}
 }
 
@@ -258,11 +365,12 @@ func delivery(queue string, m *azservicebus.ReceivedMessage, tok any) *driver.De
 // before the next round, from receipt until settlement.
 func (r *Receiver) renewLoop() {
 	defer close(r.done)
-	if r.cfg.renewEvery <= 0 {
+	tick := r.cfg.renewTick()
+	if tick <= 0 {
 		<-r.stop
 		return
 	}
-	t := time.NewTicker(r.cfg.renewEvery)
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
@@ -280,13 +388,13 @@ func (r *Receiver) renew() {
 	var due []*token
 	for tok := range r.outstanding {
 		until := tok.msg.LockedUntil
-		if tok.lost == nil && now.Sub(tok.received) < r.cfg.maxRenewal && (until == nil || until.Sub(now) < 2*r.cfg.renewEvery) {
+		if tok.lost == nil && now.Sub(tok.received) < r.cfg.maxRenewal && (until == nil || r.cfg.renewDue(*until, tok.lockDur, now)) {
 			due = append(due, tok)
 		}
 	}
 	r.mu.Unlock()
 	for _, tok := range due {
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.renewEvery)
+		ctx, cancel := context.WithTimeout(context.Background(), max(tok.lockDur/2, time.Second))
 		err := r.rcv.RenewMessageLock(ctx, tok.msg, nil)
 		cancel()
 		if err == nil {
@@ -311,6 +419,10 @@ func (r *Receiver) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	for t := range r.delayed {
+		t.Stop() // their locks expire; the messages come back
+	}
+	r.delayed = nil
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.done

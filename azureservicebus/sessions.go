@@ -166,7 +166,8 @@ func (r *SessionReceiver) acceptLoop() {
 			continue
 		}
 		pause = 50 * time.Millisecond
-		s := &session{r: r, sr: sr, id: sr.SessionID(), settled: make(chan settlement, 1)}
+		s := &session{r: r, sr: sr, id: sr.SessionID(), settled: make(chan settlement, 1),
+			lockDur: max(time.Until(sr.LockedUntil()), time.Second)}
 		s.until.Store(sr.LockedUntil().UnixNano())
 		s.run()
 	}
@@ -198,6 +199,7 @@ type session struct {
 	id      string
 	settled chan settlement // the handed-out message's outcome
 	until   atomic.Int64    // lock expiry, unix ns
+	lockDur time.Duration   // the session lock's duration, read at acceptance
 	ticker  *time.Ticker    // lock upkeep while waiting, run loop only
 
 	mu   sync.Mutex
@@ -261,8 +263,8 @@ func (s *session) run() {
 					return // idle: make room for another session
 				}
 			}
-			if s.r.cfg.renewEvery > 0 {
-				wait = min(wait, s.r.cfg.renewEvery)
+			if t := s.r.cfg.renewTick(); t > 0 {
+				wait = min(wait, max(t, s.lockDur/4))
 			}
 			msgs, err := s.fetch(wait, 1+s.r.cfg.prefetch-len(buf))
 			if err != nil {
@@ -382,8 +384,8 @@ func (s *session) await() (settlement, bool) {
 }
 
 func (s *session) tick() time.Duration {
-	if s.r.cfg.renewEvery > 0 {
-		return s.r.cfg.renewEvery
+	if t := s.r.cfg.renewTick(); t > 0 {
+		return t
 	}
 	return 100 * time.Millisecond // no renewal: only watch for expiry
 }
@@ -395,14 +397,13 @@ func (s *session) keep(handedSince time.Time) bool {
 	if s.check() != nil {
 		return false
 	}
-	every := s.r.cfg.renewEvery
-	if every <= 0 || !handedSince.IsZero() && time.Since(handedSince) > s.r.cfg.maxRenewal {
+	if s.r.cfg.renewTick() <= 0 || !handedSince.IsZero() && time.Since(handedSince) > s.r.cfg.maxRenewal {
 		return true
 	}
-	if time.Until(time.Unix(0, s.until.Load())) >= 2*every {
+	if !s.r.cfg.renewDue(time.Unix(0, s.until.Load()), s.lockDur, time.Now()) {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(s.r.ctx, every)
+	ctx, cancel := context.WithTimeout(s.r.ctx, max(s.lockDur/2, time.Second))
 	err := s.sr.RenewSessionLock(ctx, nil)
 	cancel()
 	if err == nil {
@@ -420,7 +421,8 @@ func (s *session) keep(handedSince time.Time) bool {
 	return s.check() == nil
 }
 
-// abandon hands back messages that were received but never handed out.
+// abandon hands back messages that were received but never handed out,
+// counting them in bq-returned: no attempt is spent on them.
 func (s *session) abandon(msgs []*azservicebus.ReceivedMessage) {
 	if len(msgs) == 0 || s.check() != nil {
 		return
@@ -428,7 +430,7 @@ func (s *session) abandon(msgs []*azservicebus.ReceivedMessage) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.ctx), closeWait)
 	defer cancel()
 	for _, m := range msgs {
-		if err := abandon(ctx, s.sr, m); err != nil {
+		if err := returnMessage(ctx, s.sr, m); err != nil {
 			s.r.cfg.logger.Warn("babelqueue/azureservicebus: abandoning a prefetched session message failed",
 				slog.String("queue", s.r.queue), slog.String("session", s.id), slog.Any("error", err))
 			return
@@ -474,6 +476,12 @@ func (r *SessionReceiver) Ack(ctx context.Context, d *driver.Delivery) error {
 // session's next again, with DeliveryCount + 1.
 func (r *SessionReceiver) Release(ctx context.Context, d *driver.Delivery, _ time.Duration) error {
 	return r.settle(ctx, d, true, func(s settler, m *azservicebus.ReceivedMessage) error { return abandon(ctx, s, m) })
+}
+
+// Return implements driver.Returner: Release that does not count as an
+// attempt (bq-returned), for deliveries the runtime hands back unhandled.
+func (r *SessionReceiver) Return(ctx context.Context, d *driver.Delivery) error {
+	return r.settle(ctx, d, true, func(s settler, m *azservicebus.ReceivedMessage) error { return returnMessage(ctx, s, m) })
 }
 
 // DeadLetter implements driver.DeadLetterer with DeadLetterMessage, as

@@ -11,7 +11,8 @@ import (
 )
 
 // Publish to and consume from a Pulsar topic on a Key_Shared subscription,
-// with native retries backed off exponentially.
+// with retries backed off exponentially (the consumer's backoff is the one
+// retry timing policy).
 func Example() {
 	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://127.0.0.1:16650"})
 	if err != nil {
@@ -24,8 +25,7 @@ func Example() {
 	defer snd.Close()
 	backoff := queue.Exponential(time.Second, time.Minute)
 	rcv, err := bqpulsar.NewReceiver(client, "orders", "billing",
-		bqpulsar.WithSubscriptionType(pulsar.KeyShared),
-		bqpulsar.WithNackBackoff(bqpulsar.NackBackoff(backoff.Delay)))
+		bqpulsar.WithSubscriptionType(pulsar.KeyShared))
 	if err != nil {
 		log.Fatal(err)
 	}
