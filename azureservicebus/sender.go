@@ -17,6 +17,7 @@ type Sender struct {
 	client          *azservicebus.Client
 	now             func() time.Time
 	sessionFallback func(*driver.Message) string
+	maxBytes        int
 
 	mu      sync.Mutex
 	senders map[string]*azservicebus.Sender
@@ -28,7 +29,7 @@ type Sender struct {
 // connection strings carry UseDevelopmentEmulator=true) or with
 // azservicebus.NewClient and an azcore.TokenCredential.
 func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
-	s := &Sender{client: client, now: time.Now, senders: map[string]*azservicebus.Sender{}}
+	s := &Sender{client: client, now: time.Now, senders: map[string]*azservicebus.Sender{}, maxBytes: StandardMaxMessageBytes}
 	for _, o := range opts {
 		o(s)
 	}
@@ -49,6 +50,19 @@ type SenderOption func(*Sender)
 func WithSessionFallback(f func(m *driver.Message) string) SenderOption {
 	return func(s *Sender) { s.sessionFallback = f }
 }
+
+// StandardMaxMessageBytes is the message size limit of the standard tier
+// (256 KiB, body and properties).
+const StandardMaxMessageBytes = 256 << 10
+
+// WithMaxMessageBytes sets the entity's message size limit (default
+// StandardMaxMessageBytes; premium entities allow up to 100 MB). The
+// runtime checks retry and dead-letter copies against it, less 4 KiB for
+// the properties, and falls back to a smaller dead-letter copy.
+func WithMaxMessageBytes(n int) SenderOption { return func(s *Sender) { s.maxBytes = n } }
+
+// MaxMessageBytes implements driver.SizeLimiter.
+func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - 4096 }
 
 // project is Project plus the session fallback.
 func (s *Sender) project(m *driver.Message) *azservicebus.Message {

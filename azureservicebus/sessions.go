@@ -209,6 +209,11 @@ type session struct {
 type settlement struct {
 	released bool
 	err      error
+	// delayed is set by a Release with a delay: the run loop abandons
+	// the message itself once the delay has passed, holding the session
+	// (and so the order of its later messages) meanwhile.
+	delayed *azservicebus.ReceivedMessage
+	delay   time.Duration
 }
 
 // sessionToken is the driver.Delivery token of a session message.
@@ -295,6 +300,9 @@ func (s *session) run() {
 		o, ok := s.await()
 		if !ok || o.err != nil {
 			return // lost, closing, or the link is in doubt: its messages come back
+		}
+		if o.delayed != nil && !s.abandonAfter(o.delayed, o.delay) {
+			return
 		}
 		refetch = o.released
 		idleFrom = time.Now()
@@ -421,6 +429,34 @@ func (s *session) keep(handedSince time.Time) bool {
 	return s.check() == nil
 }
 
+// abandonAfter keeps the session (renewing its lock) for delay, then
+// abandons m: a native retry that keeps the backoff and the session's
+// order. It reports whether the session is still held.
+func (s *session) abandonAfter(m *azservicebus.ReceivedMessage, delay time.Duration) bool {
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	since := time.Now()
+	for {
+		select {
+		case <-timer.C:
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.ctx), closeWait)
+			defer cancel()
+			if err := abandon(ctx, s.sr, m); err != nil {
+				s.r.cfg.logger.Warn("babelqueue/azureservicebus: delayed abandon failed; the message comes back when the session lock expires",
+					slog.String("queue", s.r.queue), slog.String("session", s.id), slog.Any("error", err))
+				return false
+			}
+			return true
+		case <-s.r.ctx.Done():
+			return false // closing: the session's messages come back
+		case <-s.ticker.C:
+			if !s.keep(since) {
+				return false
+			}
+		}
+	}
+}
+
 // abandon hands back messages that were received but never handed out,
 // counting them in bq-returned: no attempt is spent on them.
 func (s *session) abandon(msgs []*azservicebus.ReceivedMessage) {
@@ -473,9 +509,26 @@ func (r *SessionReceiver) Ack(ctx context.Context, d *driver.Delivery) error {
 }
 
 // Release implements driver.Receiver with AbandonMessage: the message is the
-// session's next again, with DeliveryCount + 1.
-func (r *SessionReceiver) Release(ctx context.Context, d *driver.Delivery, _ time.Duration) error {
-	return r.settle(ctx, d, true, func(s settler, m *azservicebus.ReceivedMessage) error { return abandon(ctx, s, m) })
+// session's next again, with DeliveryCount + 1. With a delay the session is
+// held (its lock renewed, its later messages waiting) for that long first,
+// and Release returns at once.
+func (r *SessionReceiver) Release(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+	if delay <= 0 {
+		return r.settle(ctx, d, true, func(s settler, m *azservicebus.ReceivedMessage) error { return abandon(ctx, s, m) })
+	}
+	tok, ok := d.Token.(*sessionToken)
+	if !ok {
+		return fmt.Errorf("babelqueue/azureservicebus: foreign delivery token %T", d.Token)
+	}
+	if !tok.settled.CompareAndSwap(false, true) {
+		return fmt.Errorf("babelqueue/azureservicebus: message of session %q settled twice", tok.s.id)
+	}
+	if err := tok.s.check(); err != nil {
+		tok.s.settled <- settlement{released: true, err: err}
+		return err
+	}
+	tok.s.settled <- settlement{released: true, delayed: tok.msg, delay: delay}
+	return nil
 }
 
 // Return implements driver.Returner: Release that does not count as an

@@ -171,6 +171,16 @@ type Superseder interface {
 	Superseded(d *Delivery) bool
 }
 
+// Returner is implemented by receivers whose broker counts every release as
+// a delivery attempt (a Service Bus abandon raises DeliveryCount). The
+// runtime calls Return instead of Release for a delivery it hands back
+// without having handled it (received but not started at shutdown, or cut
+// short by the shutdown deadline); the receiver marks it so that attempts
+// reconciliation does not count that redelivery.
+type Returner interface {
+	Return(ctx context.Context, d *Delivery) error
+}
+
 // Plan tells a Preparer what the consumer is about to do.
 type Plan struct {
 	// DeadLetterQueue maps a consumed queue to the queue its dead-letter

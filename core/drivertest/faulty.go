@@ -94,8 +94,8 @@ func (f *FaultySender) MaxMessageBytes(queue string) int {
 }
 
 // FaultyReceiver wraps a Receiver and fails its Acks and Releases by rule.
-// It forwards driver.Superseder, driver.Preparer, driver.DeadLetterer and
-// driver.DeadLetterNamer.
+// It forwards driver.Superseder, driver.Preparer, driver.Returner,
+// driver.DeadLetterer and driver.DeadLetterNamer.
 type FaultyReceiver struct {
 	driver.Receiver
 	mu           sync.Mutex
@@ -182,6 +182,14 @@ func (f *FaultyReceiver) Prepare(ctx context.Context, p driver.Plan) error {
 		return pr.Prepare(ctx, p)
 	}
 	return nil
+}
+
+// Return forwards driver.Returner (a plain Release without it).
+func (f *FaultyReceiver) Return(ctx context.Context, d *driver.Delivery) error {
+	if r, ok := f.Receiver.(driver.Returner); ok {
+		return r.Return(ctx, d)
+	}
+	return f.Release(ctx, d, 0)
 }
 
 // DeadLetter forwards driver.DeadLetterer.

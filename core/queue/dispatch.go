@@ -110,7 +110,7 @@ func (d *dispatcher) handle(del *driver.Delivery) {
 		return
 	}
 	if d.ctx.Err() != nil {
-		d.c.release(del, 0, nil)
+		d.c.giveBack(del, nil)
 		return
 	}
 	d.c.process(d.hctx, d.handlers, del)

@@ -29,8 +29,27 @@ import (
 
 func (c *Consumer) releaseAll(ds []*driver.Delivery) {
 	for _, d := range ds {
-		c.release(d, 0, nil)
+		c.giveBack(d, nil)
 	}
+}
+
+// giveBack hands back a delivery whose handler did not run to its end
+// (shutdown): through driver.Returner where the driver has it, so that no
+// attempt is spent, else as a release without delay.
+func (c *Consumer) giveBack(d *driver.Delivery, m *Message) bool {
+	r, ok := c.rcv.(driver.Returner)
+	if !ok {
+		return c.release(d, 0, m)
+	}
+	ctx, cancel := c.settleCtx()
+	err := r.Return(ctx, d)
+	cancel()
+	if err != nil {
+		urn, id := urnOf(m)
+		c.report(&SettleError{Op: "release", Queue: d.Queue, URN: urn, MessageID: id, Err: err})
+		return false
+	}
+	return true
 }
 
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
@@ -72,7 +91,7 @@ func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc,
 	case ctx.Err() != nil:
 		// The shutdown deadline cut the handler short: not its fault, so
 		// no attempt is spent.
-		c.release(d, 0, m)
+		c.giveBack(d, m)
 		c.metrics.Handled(d.Queue, env.URN, OutcomeReleased, time.Since(start))
 	case errors.Is(err, ErrSkip):
 		c.ack(m, OutcomeSkipped, start)

@@ -1,0 +1,207 @@
+package azureservicebus
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+// With the default options, locks are renewed relative to their own
+// duration: 4 messages whose handlers run 4 lock durations each are handled
+// once each and every completion succeeds. Before, renewal ran every 10s
+// whatever the lock, and short locks were lost.
+func TestDefaultLockRenewalFitsTheLockDuration(t *testing.T) {
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	for i := range 4 {
+		if _, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, map[string]any{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := NewReceiver(client, q) // default renewal
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	var runs, done atomic.Int32
+	errs := make(chan error, 100)
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		time.Sleep(4 * lockDuration)
+		done.Add(1)
+		return nil
+	}, queue.WithConcurrency(4), queue.WithBatchSize(4), queue.WithErrorHandler(func(err error) { errs <- err }))
+	drivertest.WaitUntil(t, 60*time.Second, "the four long handlers", func() bool { return done.Load() == 4 })
+	time.Sleep(lockDuration + 500*time.Millisecond)
+	_ = stop()
+	if runs.Load() != 4 {
+		t.Errorf("4 messages ran %d times: locks were lost", runs.Load())
+	}
+	select {
+	case err := <-errs:
+		t.Errorf("settlement error: %v", err)
+	default:
+	}
+}
+
+// A native retry (abandon) waits the consumer's backoff, holding the lock
+// meanwhile. Before, the abandon redelivered within milliseconds.
+func TestNativeRetryKeepsTheBackoff(t *testing.T) {
+	client, q, snd, _ := queueWithOne(t)
+	r := newTestReceiver(t, client, q)
+	defer r.Close(context.Background())
+	const backoff = 3 * time.Second // longer than the lock: renewal keeps it
+	var mu sync.Mutex
+	var at []time.Time
+	var attempts []int
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		attempts = append(attempts, m.Envelope.Attempts)
+		if len(at) == 1 {
+			return errors.New("once")
+		}
+		return nil
+	}, queue.WithBackoff(queue.Constant(backoff)))
+	drivertest.WaitUntil(t, 30*time.Second, "the retry", func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == 2 })
+	_ = stop()
+	if gap := at[1].Sub(at[0]); gap < backoff*8/10 {
+		t.Errorf("retry after %v; the backoff asked for %v", gap, backoff)
+	}
+	if attempts[1] != 1 {
+		t.Errorf("the retry saw attempts %d, want 1", attempts[1])
+	}
+}
+
+// Messages received but never handed to a handler at shutdown come back
+// without an attempt spent (bq-returned), so none is dead-lettered after a
+// single real failure.
+func TestShutdownSpendsNoAttempt(t *testing.T) {
+	client := newClient(t)
+	q := newQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	const n = 30
+	for i := range n {
+		if _, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, map[string]any{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	first := map[int]int{} // i → attempts at its first run
+	h := func(_ context.Context, m *queue.Message) error {
+		var d struct{ I int }
+		_ = m.Envelope.DecodeData(&d)
+		mu.Lock()
+		if _, ok := first[d.I]; !ok {
+			first[d.I] = m.Envelope.Attempts
+		}
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(first) }
+	for round := 0; count() < n && round < 10; round++ {
+		r := newTestReceiver(t, client, q)
+		stop := drivertest.StartConsumer(t, r, snd, testURN, h, queue.WithBatchSize(10), queue.WithShutdownTimeout(300*time.Millisecond))
+		before := count()
+		drivertest.WaitUntil(t, 30*time.Second, "a few handled", func() bool { return count() >= min(before+3, n) })
+		_ = stop() // with 20 received and unstarted
+		_ = r.Close(context.Background())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(first) != n {
+		t.Fatalf("%d of %d handled", len(first), n)
+	}
+	for i, a := range first {
+		if a != 0 {
+			t.Errorf("message %d first ran at attempts %d: a shutdown spent an attempt", i, a)
+		}
+	}
+}
+
+// A delayed message carries bq-delay in milliseconds, as the sibling
+// transports write it.
+func TestDelayedMessageCarriesBqDelay(t *testing.T) {
+	env, _ := core.New(testURN, nil)
+	body, _ := env.Encode()
+	msg := Project(&driver.Message{Envelope: env, Body: body, Queue: "q", Delay: 2500 * time.Millisecond}, time.Now())
+	if msg.ApplicationProperties[PropDelay] != int64(2500) || msg.ScheduledEnqueueTime == nil {
+		t.Errorf("bq-delay %v, scheduled %v", msg.ApplicationProperties[PropDelay], msg.ScheduledEnqueueTime)
+	}
+}
+
+// TestFaults runs the shared fault suite on the Service Bus test server.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite is long")
+	}
+	client := newClient(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	drivertest.RunFaults(t, drivertest.FaultHarness{
+		Harness: drivertest.Harness{
+			NewQueue: func(t *testing.T) string { return newQueue(t) },
+			Sender:   func(*testing.T) driver.Sender { return snd },
+			Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
+				r := newTestReceiver(t, client, q)
+				return r, func() { _ = r.Close(context.Background()) }
+			},
+			Timeout: 90 * time.Second,
+		},
+		Module: "azureservicebus",
+		Server: "sbserver",
+	})
+}
+
+// In a session, a native retry waits the backoff too, and keeps its place:
+// the session's next message waits behind it.
+func TestSessionRetryKeepsTheBackoffAndTheOrder(t *testing.T) {
+	client := newClient(t)
+	q := newSessionQueue(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	for i := range 2 {
+		if _, err := queue.NewPublisher(snd).Publish(context.Background(), q, testURN, map[string]any{"i": i}, queue.WithKey("s1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newTestSessionReceiver(t, client, q)
+	defer r.Close(context.Background())
+	const backoff = 1500 * time.Millisecond
+	var mu sync.Mutex
+	var order []int
+	var at []time.Time
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+		var d struct{ I int }
+		_ = m.Envelope.DecodeData(&d)
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, d.I)
+		at = append(at, time.Now())
+		if d.I == 0 && m.Envelope.Attempts == 0 {
+			return errors.New("once")
+		}
+		return nil
+	}, queue.WithBackoff(queue.Constant(backoff)))
+	drivertest.WaitUntil(t, 30*time.Second, "both handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 3 })
+	_ = stop()
+	if order[0] != 0 || order[1] != 0 || order[2] != 1 {
+		t.Errorf("order %v, want [0 0 1]", order)
+	}
+	if gap := at[1].Sub(at[0]); gap < backoff*8/10 {
+		t.Errorf("the session retry came after %v; the backoff asked for %v", gap, backoff)
+	}
+}
