@@ -31,7 +31,7 @@ run() { # run NAME PKG ENV...
 	local name=$1 pkg=$2
 	shift 2
 	echo "faults: $name" >&2
-	if ! env BQ_FAULTS_OUT="$out" "$@" go test -count=1 -run '^TestFaults$' -v "$pkg" >"$logs/$name.log" 2>&1; then
+	if ! env BQ_FAULTS_OUT="$out" "$@" go test -count=1 -run '^TestFaults' -v "$pkg" >"$logs/$name.log" 2>&1; then
 		echo "faults: $name FAILED; its log:" >&2
 		grep -E -- '--- FAIL|faults.go|Error' "$logs/$name.log" | head -40 >&2
 		status=1

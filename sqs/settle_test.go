@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -100,8 +101,58 @@ func TestFaults(t *testing.T) {
 		t.Skip("the fault suite is long")
 	}
 	needServer(t)
+	drivertest.RunFaults(t, faultHarness(t))
+}
+
+// TestFaultsServerRestart kills (SIGKILL) a local SQS server of its own,
+// which persists to SQLite, mid-consume and starts it again on its data.
+// Only this scenario runs there: fauxqs's persistent mode loses messages
+// whose visibility is changed (MessageNotInflight), which the in-memory
+// server of TestFaults does not.
+func TestFaultsServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite is long")
+	}
+	needServer(t)
+	if os.Getenv(EnvEndpoint) != "" {
+		t.Skip("the server named by " + EnvEndpoint + " cannot be restarted here")
+	}
+	port, err := drivertest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	cmd, url, err := launchFauxqs(port, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := endpoint
+	endpoint = url
+	t.Cleanup(func() {
+		endpoint = saved
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	h := faultHarness(t)
+	h.Scenarios = []string{"broker-killed"}
+	h.KillBroker = func(t *testing.T) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		cmd = nil
+	}
+	h.StartBroker = func(t *testing.T) {
+		if cmd, _, err = launchFauxqs(port, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drivertest.RunFaults(t, h)
+}
+
+func faultHarness(t *testing.T) drivertest.FaultHarness {
 	snd := NewSender(client(t))
-	drivertest.RunFaults(t, drivertest.FaultHarness{
+	return drivertest.FaultHarness{
 		Harness: drivertest.Harness{
 			NewQueue: func(t *testing.T) string { return newQueue(t, false) },
 			Sender:   func(*testing.T) driver.Sender { return snd },
@@ -121,5 +172,5 @@ func TestFaults(t *testing.T) {
 			}
 			return q
 		},
-	})
+	}
 }

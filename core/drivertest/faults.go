@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ type FaultHarness struct {
 	// KillBroker kills the broker as kill -9 would, keeping its data, and
 	// StartBroker starts it again; nil skips the broker-killed scenario.
 	KillBroker, StartBroker func(t *testing.T)
+	// Scenarios, when set, runs only the scenarios named (for a server
+	// set up for one of them, such as a persistent one for broker-killed).
+	Scenarios []string
 }
 
 // Report is one row of the fault suite's table.
@@ -74,15 +78,24 @@ const EnvFaultsOut = "BQ_FAULTS_OUT"
 func RunFaults(t *testing.T, h FaultHarness) {
 	h.Harness = h.withDefaults(60 * time.Second)
 	f := &faults{h: h}
-	t.Run("handler-failures", f.handlerFailures)
-	t.Run("retry-publish-fails", f.retryPublishFails)
-	t.Run("dlq-publish-fails", f.dlqPublishFails)
-	t.Run("dlq-missing", f.dlqMissing)
-	t.Run("oversized-copy", f.oversizedCopy)
-	t.Run("attempts-maxint", f.attemptsMaxInt)
-	t.Run("shutdown-under-load", f.shutdownUnderLoad)
-	t.Run("killed-mid-batch", f.killedMidBatch)
-	t.Run("broker-killed", f.brokerKilled)
+	for _, sc := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"handler-failures", f.handlerFailures},
+		{"retry-publish-fails", f.retryPublishFails},
+		{"dlq-publish-fails", f.dlqPublishFails},
+		{"dlq-missing", f.dlqMissing},
+		{"oversized-copy", f.oversizedCopy},
+		{"attempts-maxint", f.attemptsMaxInt},
+		{"shutdown-under-load", f.shutdownUnderLoad},
+		{"killed-mid-batch", f.killedMidBatch},
+		{"broker-killed", f.brokerKilled},
+	} {
+		if len(h.Scenarios) == 0 || slices.Contains(h.Scenarios, sc.name) {
+			t.Run(sc.name, sc.run)
+		}
+	}
 }
 
 type faults struct{ h FaultHarness }
