@@ -3,6 +3,7 @@ package azureservicebus
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,10 +149,57 @@ func TestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault suite is long")
 	}
+	drivertest.RunFaults(t, faultHarness(t))
+}
+
+// TestFaultsServerRestart kills (SIGKILL) a test server of its own, which
+// keeps its queues in SQLite, mid-consume and starts it again on its data.
+func TestFaultsServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault suite is long")
+	}
+	needServer(t)
+	if os.Getenv(EnvConnectionString) != "" {
+		t.Skip("the namespace of " + EnvConnectionString + " cannot be restarted here")
+	}
+	port, err := drivertest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	cmd, cs, err := launchTestServer(port, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := connString
+	connString = cs
+	t.Cleanup(func() {
+		connString = saved
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	h := faultHarness(t)
+	h.Scenarios = []string{"broker-killed"}
+	h.KillBroker = func(t *testing.T) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		cmd = nil
+	}
+	h.StartBroker = func(t *testing.T) {
+		if cmd, _, err = launchTestServer(port, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drivertest.RunFaults(t, h)
+}
+
+func faultHarness(t *testing.T) drivertest.FaultHarness {
 	client := newClient(t)
 	snd := NewSender(client)
-	defer snd.Close(context.Background())
-	drivertest.RunFaults(t, drivertest.FaultHarness{
+	t.Cleanup(func() { _ = snd.Close(context.Background()) })
+	return drivertest.FaultHarness{
 		Harness: drivertest.Harness{
 			NewQueue: func(t *testing.T) string { return newQueue(t) },
 			Sender:   func(*testing.T) driver.Sender { return snd },
@@ -163,7 +211,7 @@ func TestFaults(t *testing.T) {
 		},
 		Module: "azureservicebus",
 		Server: "sbserver",
-	})
+	}
 }
 
 // In a session, a native retry waits the backoff too, and keeps its place:

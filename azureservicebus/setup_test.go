@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -51,22 +52,39 @@ func TestMain(m *testing.M) {
 }
 
 func startTestServer() (func(), error) {
-	python := "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import proton").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("no AMQP test server: %s cannot import proton: %s", python, strings.TrimSpace(string(out)))
-	}
 	port, err := drivertest.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(python, "testserver/sbserver.py", "--port", fmt.Sprint(port), "--lock-duration", fmt.Sprint(lockDuration.Seconds()))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, cs, err := launchTestServer(port, "")
 	if err != nil {
 		return nil, err
 	}
+	connString = cs
+	server = fmt.Sprintf("testserver/sbserver.py on 127.0.0.1:%d", port)
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+// launchTestServer starts testserver/sbserver.py on 127.0.0.1:port (with
+// dataDir, keeping its queues in SQLite there) and returns its connection
+// string once it accepts connections.
+func launchTestServer(port int, dataDir string) (*exec.Cmd, string, error) {
+	python := "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import proton").CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("no AMQP test server: %s cannot import proton: %s", python, strings.TrimSpace(string(out)))
+	}
+	args := []string{"testserver/sbserver.py", "--port", fmt.Sprint(port), "--lock-duration", fmt.Sprint(lockDuration.Seconds())}
+	if dataDir != "" {
+		args = append(args, "--data-dir", dataDir)
+	}
+	cmd := exec.Command(python, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ready := make(chan bool, 1)
 	go func() {
@@ -81,11 +99,18 @@ func startTestServer() (func(), error) {
 	case <-ready:
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("the AMQP test server did not start")
+		_ = cmd.Wait()
+		return nil, "", fmt.Errorf("the AMQP test server did not start")
 	}
-	connString = fmt.Sprintf("Endpoint=sb://127.0.0.1:%d;SharedAccessKeyName=test;SharedAccessKey=test;UseDevelopmentEmulator=true", port)
-	server = fmt.Sprintf("testserver/sbserver.py on 127.0.0.1:%d", port)
-	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+	// proton listens a moment after it says ready.
+	for range 50 {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, fmt.Sprintf("Endpoint=sb://127.0.0.1:%d;SharedAccessKeyName=test;SharedAccessKey=test;UseDevelopmentEmulator=true", port), nil
 }
 
 func needServer(t testing.TB) {

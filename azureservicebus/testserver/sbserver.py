@@ -2,8 +2,10 @@
 """A small AMQP 1.0 server that speaks enough of Azure Service Bus for the
 azservicebus Go client, for the azureservicebus module's integration tests.
 
-It is a test double of the protocol, not a broker: one process, in-memory
-queues created on first use, and only what the transport uses:
+It is a test double of the protocol, not a broker: one process, queues
+created on first use (in memory, or with --data-dir in SQLite there, so a
+server killed and started again on the same directory keeps its messages),
+and only what the transport uses:
 
 - SASL ANONYMOUS and claims-based authorisation: put-token requests on $cbs are
   answered with status-code 202;
@@ -37,12 +39,15 @@ queues created on first use, and only what the transport uses:
   and its unsettled messages come back with the delivery count raised, as
   they do when the link closes.
 
-Usage: sbserver.py --port PORT [--lock-duration SECONDS] [--session-suffix S].
+Usage: sbserver.py --port PORT [--lock-duration SECONDS] [--session-suffix S]
+[--data-dir DIR].
 It listens on 127.0.0.1 only and prints "ready" when it accepts connections.
 """
 
 import argparse
+import os
 import secrets
+import sqlite3
 import sys
 import time
 import uuid
@@ -128,6 +133,54 @@ def split_batch(raw):
     return [m]
 
 
+class Store:
+    """Write-through persistence of queue entries (and topic subscriptions)
+    in SQLite, committed statement by statement, so that a kill -9 loses
+    nothing that was acknowledged. Locks are not kept: after a restart every
+    message is available, its delivery count as it was."""
+
+    def __init__(self, data_dir):
+        self.db = None
+        if data_dir:
+            os.makedirs(data_dir, exist_ok=True)
+            self.db = sqlite3.connect(os.path.join(data_dir, "sbserver.sqlite"), isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("CREATE TABLE IF NOT EXISTS entries (queue TEXT, seq INTEGER PRIMARY KEY, msg BLOB,"
+                            " enqueued INTEGER, visible_at INTEGER, failed INTEGER, session TEXT)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS subscriptions (topic TEXT, path TEXT, PRIMARY KEY (topic, path))")
+
+    def save(self, name, e):
+        if self.db is not None:
+            self.db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (name, e.seq, e.msg.encode(), e.enqueued, e.visible_at, e.failed_deliveries, e.session))
+
+    def delete(self, e):
+        if self.db is not None:
+            self.db.execute("DELETE FROM entries WHERE seq = ?", (e.seq,))
+
+    def subscribe(self, topic, path):
+        if self.db is not None:
+            self.db.execute("INSERT OR IGNORE INTO subscriptions VALUES (?, ?)", (topic, path))
+
+    def load(self):
+        """Returns ({queue: [Entry]}, {topic: [path]}, highest seq)."""
+        queues, subs, top = {}, {}, 0
+        if self.db is None:
+            return queues, subs, top
+        for name, seq, raw, enqueued, visible_at, failed, session in self.db.execute(
+                "SELECT queue, seq, msg, enqueued, visible_at, failed, session FROM entries ORDER BY seq"):
+            m = Message()
+            m.decode(raw)
+            e = Entry(m, seq)
+            e.enqueued, e.visible_at, e.failed_deliveries, e.session = enqueued, visible_at, failed, session
+            queues.setdefault(name, []).append(e)
+            top = max(top, seq)
+        for topic, path in self.db.execute("SELECT topic, path FROM subscriptions"):
+            subs.setdefault(topic, []).append(path)
+        return queues, subs, top
+
+
 class SessionLock:
     def __init__(self, queue, sid, link, until):
         self.queue = queue
@@ -167,7 +220,7 @@ class Endpoints(EndpointStateHandler):
 
 
 class Server(MessagingHandler):
-    def __init__(self, port, lock_ms, session_suffix):
+    def __init__(self, port, lock_ms, session_suffix, data_dir=None):
         super().__init__(prefetch=100, auto_accept=False, auto_settle=True)
         # Incoming transfers are read raw here (on_delivery) so that a batch
         # (one AMQP message whose data sections are encoded messages) can be
@@ -186,6 +239,8 @@ class Server(MessagingHandler):
         self.reply_links = {}  # reply-to address -> link
         self.locked = {}  # tag -> (queue name, Entry)
         self.seq = 0
+        self.store = Store(data_dir)
+        self.queues, self.subscriptions, self.seq = self.store.load()
 
     # -- wiring -------------------------------------------------------------
 
@@ -215,6 +270,7 @@ class Server(MessagingHandler):
             subs = self.subscriptions.setdefault(topic, [])
             if path not in subs:
                 subs.append(path)
+                self.store.subscribe(topic, path)
 
     def open_link(self, link):
         """Called before a remotely opened link is opened here; False defers
@@ -307,6 +363,7 @@ class Server(MessagingHandler):
             if name == lock.queue and e.session == lock.sid:
                 self.unlock(tag)
                 e.failed_deliveries += 1
+                self.store.save(name, e)
         self.grant_pending()
 
     def expire_sessions(self):
@@ -412,6 +469,7 @@ class Server(MessagingHandler):
             e.session = msg.group_id
         e.scheduled()
         self.queues.setdefault(name, []).append(e)
+        self.store.save(name, e)
         self.pump(name)
         if e.session is not None:
             lock = self.sessions.get((name, e.session))
@@ -520,6 +578,7 @@ class Server(MessagingHandler):
             if e.session is None and e.locked_until < t:
                 self.unlock(tag)
                 e.failed_deliveries += 1
+                self.store.save(name, e)
 
     def lock_lost(self, delivery):
         delivery.local.condition = Condition(symbol(LOCK_LOST), "The lock supplied is invalid: it expired or the message was settled.")
@@ -554,11 +613,13 @@ class Server(MessagingHandler):
 
     def complete(self, d, name, e):
         self.queues[name].remove(e)
+        self.store.delete(e)
 
     def reject(self, d, name, e):
         cond = d.remote.condition
         if cond is not None and str(cond.name) == DEAD_LETTER:
             self.queues[name].remove(e)
+            self.store.delete(e)
             info = cond.info or {}
             props = dict(e.msg.properties or {})
             for key in ("DeadLetterReason", "DeadLetterErrorDescription"):
@@ -570,6 +631,7 @@ class Server(MessagingHandler):
             self.enqueue(name + DLQ_SUFFIX, e.msg)
         else:
             e.failed_deliveries += 1
+            self.store.save(name, e)
         self.pump(name)
 
     def release(self, d, name, e):
@@ -581,6 +643,7 @@ class Server(MessagingHandler):
                 props = dict(e.msg.properties or {})
                 props.update({str(k): v for k, v in d.remote.annotations.items()})
                 e.msg.properties = props
+            self.store.save(name, e)
         self.pump(name)
 
 
@@ -590,8 +653,9 @@ def main():
     p.add_argument("--lock-duration", type=float, default=30.0, help="seconds")
     p.add_argument("--session-suffix", default="-sessions",
                    help="queues whose name ends with this are session-enabled")
+    p.add_argument("--data-dir", help="keep the queues in SQLite in this directory (survives a restart)")
     args = p.parse_args()
-    c = Container(Server(args.port, int(args.lock_duration * 1000), args.session_suffix))
+    c = Container(Server(args.port, int(args.lock_duration * 1000), args.session_suffix, args.data_dir))
     c.allowed_mechs = "ANONYMOUS"
     c.sasl_enabled = True
     try:
