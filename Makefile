@@ -11,7 +11,9 @@
 #   make bench         benchmarks of every module, summarised by benchstat
 #   make lint          gofmt, go vet and staticcheck
 #   make fuzz          the decoder fuzz target for FUZZTIME (default 1m)
-#   make tidy          go mod tidy in every module (workspace siblings kept)
+#   make tidy          go mod tidy in every module, each on its own
+#   make standalone    vet and test every module outside the workspace
+#                      (GOWORK=off, -mod=readonly), as its users would
 #   make demo          the Kafka demo on an embedded kfake cluster
 #   make faults        the fault suite on every server it can start (Kafka on
 #                      kfake and on a real broker it starts, killed and
@@ -31,7 +33,7 @@ CONFORMANCE_DIR ?=
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: test conformance bench lint fuzz tidy demo tag tools faults
+.PHONY: test conformance bench lint fuzz tidy demo tag tools faults standalone
 
 test:
 	$(GO) test -race -count=1 $(PKGS)
@@ -87,8 +89,13 @@ tidy:
 faults:
 	@scripts/faults.sh
 
+standalone:
+	@scripts/standalone.sh $(MODULES)
+
 demo:
 	$(GO) run ./kafka/examples/demo
 
+# make tag MODULE=kafka VERSION=v0.2.0, or several in one call, tagged in
+# dependency order: make tag TAGS="core v0.2.0 kafka v0.2.0"
 tag:
-	@scripts/tag.sh "$(MODULE)" "$(VERSION)"
+	@scripts/tag.sh $(if $(TAGS),$(TAGS),$(MODULE) $(VERSION))

@@ -1,6 +1,6 @@
 module github.com/babelqueue/transports/azureservicebus
 
-go 1.26
+go 1.25.0
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
@@ -16,3 +16,7 @@ require (
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
+
+replace github.com/babelqueue/transports/core => ../core
+
+replace github.com/babelqueue/transports/conformance => ../conformance

@@ -1,3 +1,3 @@
 module github.com/babelqueue/transports/conformance
 
-go 1.26
+go 1.22

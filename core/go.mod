@@ -1,6 +1,6 @@
 module github.com/babelqueue/transports/core
 
-go 1.26
+go 1.24
 
 require (
 	github.com/babelqueue/transports/conformance v0.1.0
@@ -9,3 +9,5 @@ require (
 )
 
 require golang.org/x/text v0.14.0 // indirect
+
+replace github.com/babelqueue/transports/conformance => ../conformance

@@ -406,7 +406,9 @@ func heldUntil(rec *kgo.Record) (time.Time, bool) {
 	if err != nil || ms <= 0 {
 		return time.Time{}, false
 	}
-	return rec.Timestamp.Add(time.Duration(ms) * time.Millisecond), true
+	// The timestamp is in whole milliseconds, cut down from the time the
+	// copy was produced: one more keeps the delay a full delay.
+	return rec.Timestamp.Add(time.Duration(ms+1) * time.Millisecond), true
 }
 
 func (r *Receiver) delivery(s *slot) *driver.Delivery {

@@ -72,7 +72,8 @@ func dueAt(msg pulsar.Message) (time.Time, bool) {
 	if err != nil || ms <= 0 {
 		return time.Time{}, false
 	}
-	return msg.PublishTime().Add(time.Duration(ms) * time.Millisecond), true
+	// PublishTime is in whole milliseconds: one more keeps a full delay.
+	return msg.PublishTime().Add(time.Duration(ms+1) * time.Millisecond), true
 }
 
 // Gate applies the schema-version gate to the bq-schema-version property.

@@ -1,6 +1,6 @@
 module github.com/babelqueue/transports/pulsar
 
-go 1.26
+go 1.24.0
 
 require (
 	github.com/apache/pulsar-client-go v0.19.0
@@ -61,3 +61,7 @@ require (
 	sigs.k8s.io/structured-merge-diff/v4 v4.4.2 // indirect
 	sigs.k8s.io/yaml v1.4.0 // indirect
 )
+
+replace github.com/babelqueue/transports/core => ../core
+
+replace github.com/babelqueue/transports/conformance => ../conformance

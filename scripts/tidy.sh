@@ -1,20 +1,12 @@
 #!/usr/bin/env bash
-# go mod tidy for every module of the workspace. go mod tidy ignores go.work,
-# and the sibling modules' versions are not published yet, so each module gets
-# temporary replace directives to the local siblings for the duration of the
-# tidy; they are dropped again, and the committed go.mod files never carry one.
+# go mod tidy for every module named, each on its own (GOWORK=off): every
+# go.mod requires its siblings at their released versions and replaces them
+# with the sibling directories, so a module's own builds and tests use the
+# code beside it while its dependents, which ignore replace directives, get
+# the released versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prefix=github.com/babelqueue/transports
-siblings=(core conformance)
 for m in "$@"; do
 	echo "tidy $m"
-	(
-		cd "$m"
-		for s in "${siblings[@]}"; do
-			[ "$s" = "$m" ] || go mod edit -replace="$prefix/$s=../$s"
-		done
-		trap 'for s in "${siblings[@]}"; do go mod edit -dropreplace="$prefix/$s" 2>/dev/null || true; done' EXIT
-		go mod tidy
-	)
+	(cd "$m" && GOWORK=off go mod tidy)
 done

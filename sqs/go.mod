@@ -1,6 +1,6 @@
 module github.com/babelqueue/transports/sqs
 
-go 1.26
+go 1.24
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
@@ -25,3 +25,7 @@ require (
 	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 )
+
+replace github.com/babelqueue/transports/core => ../core
+
+replace github.com/babelqueue/transports/conformance => ../conformance
