@@ -20,7 +20,7 @@
 #                      restarted mid-consume), printed as one table
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka sqs pulsar azureservicebus
+MODULES     := core conformance kafka sqs pulsar azureservicebus examples
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools
@@ -93,7 +93,7 @@ standalone:
 	@scripts/standalone.sh $(MODULES)
 
 demo:
-	$(GO) run ./kafka/examples/demo
+	$(GO) run ./examples/kafkademo
 
 # make tag MODULE=kafka VERSION=v0.2.0, or several in one call, tagged in
 # dependency order: make tag TAGS="core v0.2.0 kafka v0.2.0"

@@ -1,9 +1,10 @@
-// Command demo runs BabelQueue over Kafka with nothing installed: an
+// Command kafkademo runs BabelQueue over Kafka with nothing installed: an
 // in-process kfake cluster, a producer, and a consumer with two handlers,
 // one that fails twice and then succeeds, one that always fails and lands in
-// the dead-letter topic.
+// the dead-letter topic. Each attempt prints the time since the previous
+// one: the consumer's 500ms backoff, kept.
 //
-//	go run ./kafka/examples/demo
+//	go run ./examples/kafkademo
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,26 +70,39 @@ func run() error {
 
 	var settled atomic.Int32
 	quiet := slog.New(slog.DiscardHandler)
+	const backoff = 500 * time.Millisecond
 	c := queue.NewConsumer(rcv, snd,
 		queue.WithMaxAttempts(3),
 		queue.WithDeadLetter(""), // <topic>.dlq
-		queue.WithBackoff(queue.Constant(100*time.Millisecond)),
+		queue.WithBackoff(queue.Constant(backoff)),
 		queue.WithLogger(quiet))
+	var mu sync.Mutex
+	last := map[string]time.Time{}
+	since := func(m *queue.Message) string { // the gap since this message's previous attempt
+		mu.Lock()
+		defer mu.Unlock()
+		now, prev := time.Now(), last[m.Envelope.Meta.ID]
+		last[m.Envelope.Meta.ID] = now
+		if prev.IsZero() {
+			return "first try   "
+		}
+		return fmt.Sprintf("+%5dms     ", now.Sub(prev).Milliseconds())
+	}
 	c.Handle(urnFlaky, func(_ context.Context, m *queue.Message) error {
 		if m.Envelope.Attempts < 2 {
-			fmt.Printf("%-28s attempt %d: payment gateway timeout -> retry\n", m.Envelope.URN, m.Envelope.Attempts)
+			fmt.Printf("%s%-28s attempt %d: payment gateway timeout -> retry in %v\n", since(m), m.Envelope.URN, m.Envelope.Attempts, backoff)
 			return errors.New("payment gateway timeout")
 		}
-		fmt.Printf("%-28s attempt %d: handled, offset committed\n", m.Envelope.URN, m.Envelope.Attempts)
+		fmt.Printf("%s%-28s attempt %d: handled, offset committed\n", since(m), m.Envelope.URN, m.Envelope.Attempts)
 		settled.Add(1)
 		return nil
 	})
 	c.Handle(urnBroken, func(_ context.Context, m *queue.Message) error {
-		fmt.Printf("%-28s attempt %d: order not found -> ", m.Envelope.URN, m.Envelope.Attempts)
+		fmt.Printf("%s%-28s attempt %d: order not found -> ", since(m), m.Envelope.URN, m.Envelope.Attempts)
 		if m.Envelope.Attempts+1 >= 3 {
 			fmt.Println("dead-letter")
 		} else {
-			fmt.Println("retry")
+			fmt.Printf("retry in %v\n", backoff)
 		}
 		return errors.New("order not found")
 	})
