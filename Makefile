@@ -1,6 +1,8 @@
 # BabelQueue Go transports. Every target runs over every module of go.work.
 #
-#   make test          unit, integration and conformance tests, -race (Kafka on
+#   make test          unit, integration and conformance tests, -race, one
+#                      module at a time, ending with a summary of what
+#                      skipped and why (Kafka on
 #                      kfake; SQS on the local server if scripts/sqs-server.sh
 #                      installed it, else those tests skip; Pulsar when
 #                      BQ_PULSAR_URL names a broker, else those tests skip;
@@ -20,7 +22,7 @@
 #                      restarted mid-consume), printed as one table
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka sqs pulsar azureservicebus examples
+MODULES     := core conformance kafka sqs pulsar azureservicebus examples tools
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools
@@ -36,7 +38,7 @@ export GOFLAGS := -buildvcs=false
 .PHONY: test conformance bench lint fuzz tidy demo tag tools faults standalone
 
 test:
-	$(GO) test -race -count=1 $(PKGS)
+	@scripts/test.sh $(MODULES)
 
 conformance:
 	$(GO) test -count=1 -run 'Conformance' $(PKGS)

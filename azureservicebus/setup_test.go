@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 	}
 	stop, err := startTestServer()
 	if err != nil {
-		skipWhy = err.Error() + " (install Debian's python3-qpid-proton, or set " + EnvConnectionString + ")"
+		skipWhy = err.Error() + "; run apt-get install python3-qpid-proton (the tests then start the AMQP test server themselves), or set " + EnvConnectionString + " to a namespace's connection string"
 		os.Exit(m.Run())
 	}
 	code := m.Run()

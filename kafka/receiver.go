@@ -46,6 +46,7 @@ type Receiver struct {
 	seeds  []string
 	cfg    receiverConfig
 	logger *slog.Logger
+	conn   *connWatch
 
 	pollMu sync.Mutex // held by Receive and Close
 
@@ -180,6 +181,7 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 	}
 	r := &Receiver{
 		group: group, topics: slices.Clone(topics), seeds: slices.Clone(seeds), cfg: cfg, logger: cfg.logger,
+		conn:  newConnWatch(cfg.logger, "consumer group "+group),
 		parts: map[topicPartition]*partState{}, stopCommits: make(chan struct{}), commitsDone: make(chan struct{}),
 	}
 	r.cond = sync.NewCond(&r.mu)
@@ -193,6 +195,7 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
+		kgo.WithHooks(r.conn),
 	}
 	cl, err := kgo.NewClient(append(kopts, cfg.kopts...)...)
 	if err != nil {
@@ -708,7 +711,7 @@ func (r *Receiver) Prepare(ctx context.Context, p driver.Plan) error {
 	adm := kadm.NewClient(r.cl)
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
-		return fmt.Errorf("babelqueue/kafka: cannot reach the brokers %s: %w", strings.Join(r.seeds, ","), unreachable(ctx, err))
+		return fmt.Errorf("babelqueue/kafka: cannot reach the brokers %s: %w", strings.Join(r.seeds, ","), r.unreachable(ctx, err))
 	}
 	var missing []string
 	for _, t := range names {
@@ -740,8 +743,11 @@ func (r *Receiver) Prepare(ctx context.Context, p driver.Plan) error {
 
 // unreachable prefers the connection error franz-go saw over a bare
 // context deadline.
-func unreachable(ctx context.Context, err error) error {
+func (r *Receiver) unreachable(ctx context.Context, err error) error {
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if cause := r.conn.lastErr(); cause != nil {
+			return fmt.Errorf("%v (no broker answered before the startup timeout: %w)", cause, err)
+		}
 		return fmt.Errorf("no broker answered before the startup timeout (%w)", err)
 	}
 	return err

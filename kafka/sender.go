@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 // all in-sync replicas.
 type Sender struct {
 	cl       *kgo.Client
+	conn     *connWatch // nil for a client the caller passed in
 	own      bool
 	seeds    string
 	keyFunc  func(*driver.Message) []byte
@@ -31,6 +33,7 @@ type Sender struct {
 type SenderOption func(*senderConfig)
 
 type senderConfig struct {
+	logger   *slog.Logger
 	kopts    []kgo.Opt
 	keyFunc  func(*driver.Message) []byte
 	tiers    int
@@ -85,6 +88,10 @@ func WithRetryTiers(n int) SenderOption {
 	return func(c *senderConfig) { c.tiers = n }
 }
 
+// WithSenderLogger logs to l (default slog.Default()): a broker that cannot
+// be reached is warned about, at most every 10s.
+func WithSenderLogger(l *slog.Logger) SenderOption { return func(c *senderConfig) { c.logger = l } }
+
 // WithMaxMessageBytes sets the producer's batch size limit (franz-go's
 // ProducerBatchMaxBytes, default DefaultMaxMessageBytes); keep it at or
 // below the topics' max.message.bytes. The runtime checks retry and
@@ -108,7 +115,11 @@ func NewSender(seeds []string, opts ...SenderOption) (*Sender, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	base := []kgo.Opt{kgo.SeedBrokers(seeds...)}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	conn := newConnWatch(cfg.logger, "producer")
+	base := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.WithHooks(conn)}
 	if cfg.maxBytes > 0 {
 		base = append(base, kgo.ProducerBatchMaxBytes(cfg.maxBytes))
 	}
@@ -118,6 +129,7 @@ func NewSender(seeds []string, opts ...SenderOption) (*Sender, error) {
 	}
 	s := newSender(cl, &cfg)
 	s.own = true
+	s.conn = conn
 	s.seeds = strings.Join(seeds, ",")
 	return s, nil
 }
@@ -235,6 +247,11 @@ func (s *Sender) produceErr(r *kgo.Record, err error) error {
 		return fmt.Errorf("babelqueue/kafka: producing %d bytes to %s: %w: %w", len(r.Value), r.Topic, driver.ErrTooLarge, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		if s.conn != nil {
+			if cause := s.conn.lastErr(); cause != nil {
+				return fmt.Errorf("babelqueue/kafka: producing to %s via %s: no broker acknowledged the record (%v): %w", r.Topic, s.seeds, cause, err)
+			}
+		}
 		return fmt.Errorf("babelqueue/kafka: producing to %s via %s: no broker acknowledged the record: %w", r.Topic, s.seeds, err)
 	}
 	return fmt.Errorf("babelqueue/kafka: producing to %s via %s: %w", r.Topic, s.seeds, err)

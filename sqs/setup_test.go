@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	stop, err := startFauxqs()
 	if err != nil {
-		skipWhy = err.Error() + "; run scripts/sqs-server.sh start and set " + EnvEndpoint + "=http://127.0.0.1:19324"
+		skipWhy = err.Error() + "; run scripts/sqs-server.sh install (the tests then start it themselves), or scripts/sqs-server.sh start and set " + EnvEndpoint + "=http://127.0.0.1:19324"
 		os.Exit(m.Run())
 	}
 	code := m.Run()

@@ -1,0 +1,3 @@
+module github.com/babelqueue/transports/tools
+
+go 1.22
