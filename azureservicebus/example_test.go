@@ -74,3 +74,28 @@ func ExampleNewSessionReceiver() {
 		log.Fatal(err)
 	}
 }
+
+// As reaches the native types behind the portable ones: the client of a
+// Sender, the azservicebus.Receiver of a Receiver, and a delivery's
+// *azservicebus.ReceivedMessage (SequenceNumber, LockedUntil…).
+func ExampleReceiver_As() {
+	client, err := azservicebus.NewClientFromConnectionString(
+		"Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rcv, err := asb.NewReceiver(client, "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rcv.Close(context.Background())
+	c := queue.NewConsumer(rcv, asb.NewSender(client))
+	c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
+		var native *azservicebus.ReceivedMessage
+		if m.Delivery.As(&native) {
+			log.Printf("sequence %d, delivery %d", *native.SequenceNumber, native.DeliveryCount)
+		}
+		return nil
+	})
+	_ = c.Run(context.Background())
+}

@@ -19,8 +19,8 @@ import (
 // again, and this delivery must not be settled.
 var ErrLockLost = errors.New("babelqueue/azureservicebus: message lock lost")
 
-// Option configures a Receiver.
-type Option func(*config)
+// ReceiverOption configures a Receiver or a SessionReceiver.
+type ReceiverOption func(*config)
 
 type config struct {
 	topic, subscription string
@@ -36,7 +36,7 @@ type config struct {
 	prefetch    int
 }
 
-func newConfig(opts []Option) config {
+func newConfig(opts []ReceiverOption) config {
 	cfg := config{
 		renewAuto: true, maxRenewal: time.Hour, pollWait: time.Second,
 		maxSessions: 8, sessionIdle: 2 * time.Second,
@@ -53,7 +53,7 @@ func newConfig(opts []Option) config {
 // WithSubscription receives from a topic subscription instead of a queue;
 // the queue argument of NewReceiver then names the topic the runtime sends
 // retry copies and dead letters relative to.
-func WithSubscription(topic, subscription string) Option {
+func WithSubscription(topic, subscription string) ReceiverOption {
 	return func(c *config) { c.topic, c.subscription = topic, subscription }
 }
 
@@ -63,7 +63,7 @@ func WithSubscription(topic, subscription string) Option {
 // lock is renewed when half of its duration is left (read off LockedUntil
 // at receipt), so every lock duration the service allows (5s to 5m) works
 // without tuning.
-func WithLockRenewal(every time.Duration) Option {
+func WithLockRenewal(every time.Duration) ReceiverOption {
 	return func(c *config) { c.renewAuto, c.renewEvery = false, every }
 }
 
@@ -93,14 +93,14 @@ func (c *config) renewTick() time.Duration {
 // (default 1h); after that the lock expires and the message is redelivered.
 // For a SessionReceiver it bounds the renewal of the session lock while one
 // message is being handled.
-func WithMaxLockRenewal(d time.Duration) Option { return func(c *config) { c.maxRenewal = d } }
+func WithMaxLockRenewal(d time.Duration) ReceiverOption { return func(c *config) { c.maxRenewal = d } }
 
 // WithPollWait bounds how long one Receive waits for a first message
 // (default 1s).
-func WithPollWait(d time.Duration) Option { return func(c *config) { c.pollWait = d } }
+func WithPollWait(d time.Duration) ReceiverOption { return func(c *config) { c.pollWait = d } }
 
 // WithLogger logs lock-renewal problems to l (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) ReceiverOption { return func(c *config) { c.logger = l } }
 
 // Receiver receives in peek-lock mode from a queue or subscription. It
 // implements driver.Receiver and driver.DeadLetterer.
@@ -125,7 +125,7 @@ type token struct {
 
 // NewReceiver opens a peek-lock receiver on queue (or, with WithSubscription,
 // on a topic subscription) and starts renewing locks.
-func NewReceiver(client *azservicebus.Client, queue string, opts ...Option) (*Receiver, error) {
+func NewReceiver(client *azservicebus.Client, queue string, opts ...ReceiverOption) (*Receiver, error) {
 	cfg := newConfig(opts)
 	ro := &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
 	var (
@@ -144,6 +144,29 @@ func NewReceiver(client *azservicebus.Client, queue string, opts ...Option) (*Re
 		delayed: map[*time.Timer]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.renewLoop()
 	return r, nil
+}
+
+// As sets target, a **azservicebus.Receiver, to the Receiver's link; it
+// reports false for any other type. A delivery's As gives its
+// *azservicebus.ReceivedMessage.
+func (r *Receiver) As(target any) bool {
+	p, ok := target.(**azservicebus.Receiver)
+	if ok {
+		*p = r.rcv
+	}
+	return ok
+}
+
+// receivedAs serves driver.Delivery.As: target is a
+// **azservicebus.ReceivedMessage.
+func receivedAs(m *azservicebus.ReceivedMessage) func(any) bool {
+	return func(target any) bool {
+		p, ok := target.(**azservicebus.ReceivedMessage)
+		if ok {
+			*p = m
+		}
+		return ok
+	}
 }
 
 // Capabilities implements driver.Receiver: an abandon raises DeliveryCount
@@ -358,6 +381,7 @@ func delivery(queue string, m *azservicebus.ReceivedMessage, tok any) *driver.De
 		Gate:     Gate(sv, hasSV),
 		Token:    tok,
 		Position: m.MessageID + "@" + pos,
+		AsFunc:   receivedAs(m),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ type Sender struct {
 	now             func() time.Time
 	sessionFallback func(*driver.Message) string
 	maxBytes        int
+	logger          *slog.Logger
 
 	mu      sync.Mutex
 	senders map[string]*azservicebus.Sender
@@ -33,7 +35,23 @@ func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
 	return s
+}
+
+// WithSenderLogger logs to l (default slog.Default()).
+func WithSenderLogger(l *slog.Logger) SenderOption { return func(s *Sender) { s.logger = l } }
+
+// As sets target, a **azservicebus.Client, to the client the Sender sends
+// through; it reports false for any other type.
+func (s *Sender) As(target any) bool {
+	p, ok := target.(**azservicebus.Client)
+	if ok {
+		*p = s.client
+	}
+	return ok
 }
 
 // SenderOption configures a Sender.
@@ -86,6 +104,7 @@ func (s *Sender) sender(queue string) (*azservicebus.Sender, error) {
 	}
 	snd, err := s.client.NewSender(queue, nil)
 	if err != nil {
+		s.logger.Warn("babelqueue/azureservicebus: cannot open a sender", slog.String("entity", queue), slog.Any("error", err))
 		return nil, fmt.Errorf("babelqueue/azureservicebus: sender for %s: %w", queue, err)
 	}
 	s.senders[queue] = snd

@@ -18,18 +18,20 @@ import (
 
 // WithMaxSessions sets how many sessions a SessionReceiver holds at once
 // (default 8): the number of keys handled in parallel.
-func WithMaxSessions(n int) Option { return func(c *config) { c.maxSessions = n } }
+func WithMaxSessions(n int) ReceiverOption { return func(c *config) { c.maxSessions = n } }
 
 // WithSessionIdleTimeout sets how long a SessionReceiver keeps a session
 // with no message before it closes it and accepts the next one (default 2s).
 // Keep it below the entity's lock duration unless lock renewal is on.
-func WithSessionIdleTimeout(d time.Duration) Option { return func(c *config) { c.sessionIdle = d } }
+func WithSessionIdleTimeout(d time.Duration) ReceiverOption {
+	return func(c *config) { c.sessionIdle = d }
+}
 
 // WithSessionPrefetch sets how many messages of a session a SessionReceiver
 // receives ahead of the one being handled (default 0, as the .NET session
 // processor). Prefetched messages are locked with the session; at shutdown
 // they are abandoned, which raises their DeliveryCount.
-func WithSessionPrefetch(n int) Option { return func(c *config) { c.prefetch = n } }
+func WithSessionPrefetch(n int) ReceiverOption { return func(c *config) { c.prefetch = n } }
 
 // acceptWait bounds one wait for the next available session; the broker
 // answers CodeTimeout when none became available, and the wait starts over.
@@ -76,7 +78,7 @@ type SessionReceiver struct {
 // NewSessionReceiver returns a receiver of the sessions of the
 // session-enabled queue (or, with WithSubscription, topic subscription).
 // It accepts sessions from the first Receive on.
-func NewSessionReceiver(client *azservicebus.Client, queue string, opts ...Option) (*SessionReceiver, error) {
+func NewSessionReceiver(client *azservicebus.Client, queue string, opts ...ReceiverOption) (*SessionReceiver, error) {
 	cfg := newConfig(opts)
 	if cfg.maxSessions < 1 {
 		return nil, fmt.Errorf("babelqueue/azureservicebus: WithMaxSessions(%d): need at least 1", cfg.maxSessions)
@@ -543,7 +545,18 @@ func (r *SessionReceiver) DeadLetter(ctx context.Context, d *driver.Delivery, dl
 	return r.settle(ctx, d, false, func(s settler, m *azservicebus.ReceivedMessage) error { return deadLetter(ctx, s, m, dl) })
 }
 
-// Close stops accepting sessions, abandons the messages received but not
+// As sets target, a **azservicebus.Client, to the client sessions are
+// accepted on; it reports false for any other type. A delivery's As gives
+// its *azservicebus.ReceivedMessage.
+func (r *SessionReceiver) As(target any) bool {
+	p, ok := target.(**azservicebus.Client)
+	if ok {
+		*p = r.client
+	}
+	return ok
+}
+
+// Close stops accepting sessions, returns the messages received but not
 // handed out, and closes the held sessions. Call it after the consumer's Run
 // has returned, so that nothing handed out is still being handled.
 func (r *SessionReceiver) Close(ctx context.Context) error {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
@@ -252,4 +253,35 @@ func TestSessionRetryKeepsTheBackoffAndTheOrder(t *testing.T) {
 	if gap := at[1].Sub(at[0]); gap < backoff*8/10 {
 		t.Errorf("the session retry came after %v; the backoff asked for %v", gap, backoff)
 	}
+}
+
+// As reaches the native types: the client of a Sender, the link of a
+// Receiver and a delivery's *azservicebus.ReceivedMessage.
+func TestAs(t *testing.T) {
+	client, q, snd, env := queueWithOne(t)
+	var c *azservicebus.Client
+	if !snd.As(&c) || c != client {
+		t.Error("Sender.As(**azservicebus.Client) failed")
+	}
+	r := newTestReceiver(t, client, q)
+	defer r.Close(context.Background())
+	var link *azservicebus.Receiver
+	if !r.As(&link) || link == nil {
+		t.Error("Receiver.As(**azservicebus.Receiver) failed")
+	}
+	var ds []*driver.Delivery
+	drivertest.WaitUntil(t, 10*time.Second, "the message", func() bool {
+		got, _ := r.Receive(context.Background(), 1)
+		ds = append(ds, got...)
+		return len(ds) > 0
+	})
+	var m *azservicebus.ReceivedMessage
+	if !ds[0].As(&m) || m.MessageID != env.Meta.ID {
+		t.Errorf("Delivery.As(**azservicebus.ReceivedMessage) = %+v", m)
+	}
+	var wrong *int
+	if ds[0].As(&wrong) || r.As(&wrong) {
+		t.Error("As took a wrong type")
+	}
+	_ = r.Ack(context.Background(), ds[0])
 }

@@ -176,9 +176,9 @@ func makeQueue(t testing.TB, sessions bool) string {
 	return name
 }
 
-func newTestReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...Option) *Receiver {
+func newTestReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...ReceiverOption) *Receiver {
 	t.Helper()
-	r, err := NewReceiver(client, q, append([]Option{WithLockRenewal(500 * time.Millisecond), WithPollWait(500 * time.Millisecond)}, opts...)...)
+	r, err := NewReceiver(client, q, append([]ReceiverOption{WithLockRenewal(500 * time.Millisecond), WithPollWait(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,9 +210,9 @@ func newTopic(t testing.TB, subs ...string) string {
 	return name
 }
 
-func newTestSessionReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...Option) *SessionReceiver {
+func newTestSessionReceiver(t testing.TB, client *azservicebus.Client, q string, opts ...ReceiverOption) *SessionReceiver {
 	t.Helper()
-	r, err := NewSessionReceiver(client, q, append([]Option{
+	r, err := NewSessionReceiver(client, q, append([]ReceiverOption{
 		WithLockRenewal(500 * time.Millisecond), WithPollWait(500 * time.Millisecond), WithSessionIdleTimeout(500 * time.Millisecond),
 	}, opts...)...)
 	if err != nil {

@@ -209,6 +209,27 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 // Client returns the underlying franz-go client.
 func (r *Receiver) Client() *kgo.Client { return r.cl }
 
+// As sets target, a **kgo.Client, to the consumer's client; it reports
+// false for any other type. A delivery's As gives its *kgo.Record.
+func (r *Receiver) As(target any) bool {
+	p, ok := target.(**kgo.Client)
+	if ok {
+		*p = r.cl
+	}
+	return ok
+}
+
+// recordAs serves driver.Delivery.As: target is a **kgo.Record.
+func recordAs(rec *kgo.Record) func(any) bool {
+	return func(target any) bool {
+		p, ok := target.(**kgo.Record)
+		if ok {
+			*p = rec
+		}
+		return ok
+	}
+}
+
 // Capabilities implements driver.Receiver: Kafka has no native redelivery
 // count, so retries republish (with bq-delay, which this Receiver honours);
 // Release hands records back for redelivery after the delay.
@@ -435,6 +456,7 @@ func (r *Receiver) delivery(s *slot) *driver.Delivery {
 		OrderingKey: s.part.key,
 		Token:       s,
 		Position:    s.part.key + "@" + strconv.FormatInt(rec.Offset, 10),
+		AsFunc:      recordAs(rec),
 	}
 }
 

@@ -168,6 +168,16 @@ func newSender(cl *kgo.Client, cfg *senderConfig) *Sender {
 // Client returns the underlying franz-go client.
 func (s *Sender) Client() *kgo.Client { return s.cl }
 
+// As sets target, a **kgo.Client, to the producer's client, as Go CDK's As
+// does; it reports false for any other type.
+func (s *Sender) As(target any) bool {
+	p, ok := target.(**kgo.Client)
+	if ok {
+		*p = s.cl
+	}
+	return ok
+}
+
 // MaxMessageBytes implements driver.SizeLimiter: the producer's batch limit
 // less room for the key and headers.
 func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - headerRoom }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -247,4 +248,21 @@ func countRecords(t *testing.T, topic string) int64 {
 		total += end
 	}
 	return total
+}
+
+func TestAs(t *testing.T) {
+	snd := newTestSender(t)
+	var cl *kgo.Client
+	if !snd.As(&cl) || cl != snd.Client() {
+		t.Error("Sender.As(**kgo.Client) failed")
+	}
+	var wrong *int
+	if snd.As(&wrong) {
+		t.Error("Sender.As took a wrong type")
+	}
+	d := &driver.Delivery{}
+	var rec *kgo.Record
+	if d.As(&rec) {
+		t.Error("a delivery without AsFunc answered As")
+	}
 }

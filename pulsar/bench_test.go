@@ -28,7 +28,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/%s", size, mode), func(b *testing.B) {
 				client := newClient(b)
 				snd := NewSender(client)
-				defer snd.Close()
+				defer snd.Close(context.Background())
 				m := drivertest.SizedMessage(b, testURN, newTopic(b), size)
 				msgs := []*driver.Message{m}
 				var failed atomic.Int64
@@ -65,7 +65,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/handlers=%d", size, handlers), func(b *testing.B) {
 				client := newClient(b)
 				snd := NewSender(client)
-				defer snd.Close()
+				defer snd.Close(context.Background())
 				topic := newTopic(b)
 				m := drivertest.SizedMessage(b, testURN, topic, size)
 				for range b.N {
@@ -78,7 +78,7 @@ func BenchmarkConsume(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer r.Close()
+				defer r.Close(context.Background())
 				b.SetBytes(int64(len(m.Body)))
 				drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, handlers, queue.WithBatchSize(100))
 			})

@@ -14,7 +14,7 @@ import (
 func harness(t *testing.T, subType pulsar.SubscriptionType) drivertest.Harness {
 	client := newClient(t)
 	snd := NewSender(client)
-	t.Cleanup(func() { _ = snd.Close() })
+	t.Cleanup(func() { _ = snd.Close(context.Background()) })
 	return drivertest.Harness{
 		NewQueue: func(t *testing.T) string { return newTopic(t) },
 		Sender:   func(*testing.T) driver.Sender { return snd },
@@ -23,7 +23,7 @@ func harness(t *testing.T, subType pulsar.SubscriptionType) drivertest.Harness {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return r, func() { _ = r.Close() }
+			return r, func() { _ = r.Close(context.Background()) }
 		},
 		SendRaw: func(t *testing.T, q string, body []byte, headers map[string]string) {
 			p, err := snd.producer(context.Background(), snd.Topic(q))

@@ -22,14 +22,14 @@ func Example() {
 	ctx := context.Background()
 
 	snd := bqpulsar.NewSender(client)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	backoff := queue.Exponential(time.Second, time.Minute)
 	rcv, err := bqpulsar.NewReceiver(client, "orders", "billing",
 		bqpulsar.WithSubscriptionType(pulsar.KeyShared))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer rcv.Close()
+	defer rcv.Close(context.Background())
 
 	if _, err := queue.NewPublisher(snd).Publish(ctx, "orders", "urn:babel:orders:created",
 		map[string]any{"order_id": 1042}, queue.WithKey("customer-7")); err != nil {
@@ -43,4 +43,28 @@ func Example() {
 	if err := c.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// As reaches the native types behind the portable ones: the client of a
+// Sender, the consumer of a Receiver, and a delivery's pulsar.Message.
+func ExampleReceiver_As() {
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://127.0.0.1:16650"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	rcv, err := bqpulsar.NewReceiver(client, "orders", "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rcv.Close(context.Background())
+	c := queue.NewConsumer(rcv, bqpulsar.NewSender(client))
+	c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
+		var native pulsar.Message
+		if m.Delivery.As(&native) {
+			log.Printf("message %v published at %v, redelivered %d times", native.ID(), native.PublishTime(), native.RedeliveryCount())
+		}
+		return nil
+	})
+	_ = c.Run(context.Background())
 }

@@ -39,7 +39,7 @@ func TestNativeDeadLetterPolicy(t *testing.T) {
 	client := newClient(t)
 	topic := newTopic(t)
 	snd := NewSender(client)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	env, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, map[string]any{"k": 1})
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +48,12 @@ func TestNativeDeadLetterPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dead.Close()
+	defer dead.Close(context.Background())
 	r, err := NewReceiver(client, topic, "native-dlq", WithNativeDeadLetter(3, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	var mu sync.Mutex
 	var attempts []int
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
@@ -81,7 +81,7 @@ func TestTopicPrefix(t *testing.T) {
 	topic := newTopic(t)
 	opt := WithTopicPrefix("persistent://public/default/")
 	snd := NewSender(client, opt)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestTopicPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	d := receiveOne(t, r)
 	if d.Queue != topic || !strings.HasPrefix(d.Token.(*token).msg.Topic(), "persistent://public/default/"+topic) {
 		t.Errorf("queue %q, topic %q", d.Queue, d.Token.(*token).msg.Topic())
@@ -101,7 +101,7 @@ func TestSendReportsPerMessageErrors(t *testing.T) {
 	client := newClient(t)
 	topic := newTopic(t)
 	snd := NewSender(client)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	msg := func(size int) *driver.Message {
 		env, _ := core.New(testURN, map[string]any{"pad": strings.Repeat("x", size)}, core.WithQueue(topic))
 		body, _ := env.Encode()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -15,13 +16,15 @@ import (
 // WithSubscriptionType sets the subscription type (default pulsar.Shared).
 // With pulsar.KeyShared messages of one key are handled in order; with
 // pulsar.Failover or pulsar.Exclusive, messages of one partition are.
-func WithSubscriptionType(t pulsar.SubscriptionType) Option { return func(c *config) { c.subType = t } }
+func WithSubscriptionType(t pulsar.SubscriptionType) ReceiverOption {
+	return receiverOption(func(c *config) { c.subType = t })
+}
 
 // WithInitialPosition sets where a new subscription starts (default
 // pulsar.SubscriptionPositionEarliest, so messages published before the first
 // subscribe are not lost).
-func WithInitialPosition(p pulsar.SubscriptionInitialPosition) Option {
-	return func(c *config) { c.position = p }
+func WithInitialPosition(p pulsar.SubscriptionInitialPosition) ReceiverOption {
+	return receiverOption(func(c *config) { c.position = p })
 }
 
 // WithNackBackoff sets the redelivery delay of negative acknowledgements as
@@ -30,7 +33,9 @@ func WithInitialPosition(p pulsar.SubscriptionInitialPosition) Option {
 // Deprecated: the Receiver honours the delay the runtime asks for (the
 // consumer's queue.WithBackoff) by negatively acknowledging after it; a
 // policy set here is added on top of that delay.
-func WithNackBackoff(p pulsar.NackBackoffPolicy) Option { return func(c *config) { c.nackBackoff = p } }
+func WithNackBackoff(p pulsar.NackBackoffPolicy) ReceiverOption {
+	return receiverOption(func(c *config) { c.nackBackoff = p })
+}
 
 // WithNativeRetry retries by negative acknowledgement (the broker's
 // RedeliveryCount raises attempts), as the Java, .NET and Node peers do,
@@ -40,7 +45,9 @@ func WithNackBackoff(p pulsar.NackBackoffPolicy) Option { return func(c *config)
 // nack redelivers every unacknowledged message of its batch (the Sender
 // publishes without batching unless told otherwise). WithNativeDeadLetter
 // implies it.
-func WithNativeRetry() Option { return func(c *config) { c.nativeRetry = true } }
+func WithNativeRetry() ReceiverOption {
+	return receiverOption(func(c *config) { c.nativeRetry = true })
+}
 
 // NackBackoff adapts a delay function of the attempt number (1 for the
 // first retry), such as queue.Backoff's Delay method, to Pulsar's
@@ -58,17 +65,17 @@ func (p nackPolicy) Next(redeliveryCount uint32) time.Duration { return p(int(re
 // (prefixed; default "<topic>.dlq") unchanged, instead of the runtime
 // publishing an annotated copy. Use it with queue.WithNativeDeadLetter and
 // maxDeliveries equal to the consumer's max attempts.
-func WithNativeDeadLetter(maxDeliveries uint32, topic string) Option {
-	return func(c *config) {
+func WithNativeDeadLetter(maxDeliveries uint32, topic string) ReceiverOption {
+	return receiverOption(func(c *config) {
 		c.dlq = &pulsar.DLQPolicy{MaxDeliveries: maxDeliveries, DeadLetterTopic: topic}
-	}
+	})
 }
 
 // WithConsumerOptions adjusts the consumer options (receiver queue size,
 // ack timeout…); Topic, SubscriptionName and the options above are set by the
 // Receiver.
-func WithConsumerOptions(fn func(*pulsar.ConsumerOptions)) Option {
-	return func(c *config) { c.consumerOpts = fn }
+func WithConsumerOptions(fn func(*pulsar.ConsumerOptions)) ReceiverOption {
+	return receiverOption(func(c *config) { c.consumerOpts = fn })
 }
 
 // Receiver consumes one topic through one subscription. It implements
@@ -90,10 +97,13 @@ type Receiver struct {
 type token struct{ msg pulsar.Message }
 
 // NewReceiver subscribes to the topic of queue as subscription.
-func NewReceiver(client pulsar.Client, queue, subscription string, opts ...Option) (*Receiver, error) {
+func NewReceiver(client pulsar.Client, queue, subscription string, opts ...ReceiverOption) (*Receiver, error) {
 	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest}
 	for _, o := range opts {
-		o(&cfg)
+		o.applyReceiver(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
 	}
 	co := pulsar.ConsumerOptions{
 		Topic:                       cfg.prefix + queue,
@@ -261,6 +271,7 @@ func (r *Receiver) delivery(msg pulsar.Message) *driver.Delivery {
 		OrderingKey: key,
 		Token:       &token{msg: msg},
 		Position:    msg.ID().String(),
+		AsFunc:      messageAs(msg),
 	}
 }
 
@@ -311,13 +322,39 @@ func (r *Receiver) DeadLetter(ctx context.Context, d *driver.Delivery, _ core.De
 	return r.Release(ctx, d, 0)
 }
 
+// As sets target, a *pulsar.Consumer, to the Receiver's consumer; it
+// reports false for any other type. A delivery's As gives its
+// pulsar.Message.
+func (r *Receiver) As(target any) bool {
+	p, ok := target.(*pulsar.Consumer)
+	if ok {
+		*p = r.consumer
+	}
+	return ok
+}
+
+// messageAs serves driver.Delivery.As: target is a *pulsar.Message.
+func messageAs(msg pulsar.Message) func(any) bool {
+	return func(target any) bool {
+		p, ok := target.(*pulsar.Message)
+		if ok {
+			*p = msg
+		}
+		return ok
+	}
+}
+
 // Close closes the consumer; unacknowledged messages go to the other
-// consumers of the subscription.
-func (r *Receiver) Close() error {
+// consumers of the subscription. ctx is unused: closing does not wait.
+func (r *Receiver) Close(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.closed = true
+		if n := len(r.timers); n > 0 {
+			r.cfg.logger.Debug("babelqueue/pulsar: closing with held or delayed messages; the broker redelivers them",
+				slog.String("topic", r.cfg.prefix+r.queue), slog.Int("messages", n))
+		}
 		for t := range r.timers {
 			t.Stop()
 		}

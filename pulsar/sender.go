@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -11,8 +12,28 @@ import (
 	"github.com/babelqueue/transports/core/driver"
 )
 
-// Option configures a Sender or a Receiver.
-type Option func(*config)
+// SenderOption configures a Sender.
+type SenderOption interface{ applySender(*config) }
+
+// ReceiverOption configures a Receiver.
+type ReceiverOption interface{ applyReceiver(*config) }
+
+// CommonOption configures a Sender and a Receiver alike.
+type CommonOption func(*config)
+
+func (o CommonOption) applySender(c *config)   { o(c) }
+func (o CommonOption) applyReceiver(c *config) { o(c) }
+
+type senderOption func(*config)
+
+func (o senderOption) applySender(c *config) { o(c) }
+
+type receiverOption func(*config)
+
+func (o receiverOption) applyReceiver(c *config) { o(c) }
+
+// WithLogger logs to l (default slog.Default()).
+func WithLogger(l *slog.Logger) CommonOption { return func(c *config) { c.logger = l } }
 
 type config struct {
 	prefix       string
@@ -21,13 +42,14 @@ type config struct {
 	position     pulsar.SubscriptionInitialPosition
 	nackBackoff  pulsar.NackBackoffPolicy
 	nativeRetry  bool
+	logger       *slog.Logger
 	dlq          *pulsar.DLQPolicy
 	consumerOpts func(*pulsar.ConsumerOptions)
 }
 
 // WithTopicPrefix maps a logical queue to prefix + queue, for example
 // "persistent://tenant/namespace/".
-func WithTopicPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+func WithTopicPrefix(prefix string) CommonOption { return func(c *config) { c.prefix = prefix } }
 
 // WithProducerOptions adjusts the options of every producer (batching,
 // compression, send timeout…); Topic is set by the Sender. Batching is off
@@ -35,8 +57,8 @@ func WithTopicPrefix(prefix string) Option { return func(c *config) { c.prefix =
 // exact per message; turn it on here (DisableBatching: false) for
 // throughput when consumers use batch-index acknowledgement and republish
 // retries (the default).
-func WithProducerOptions(fn func(*pulsar.ProducerOptions)) Option {
-	return func(c *config) { c.producerOpts = fn }
+func WithProducerOptions(fn func(*pulsar.ProducerOptions)) SenderOption {
+	return senderOption(func(c *config) { c.producerOpts = fn })
 }
 
 // Sender publishes envelopes through one producer per topic, created on
@@ -60,10 +82,13 @@ type producerEntry struct {
 }
 
 // NewSender returns a Sender on client, which the caller keeps ownership of.
-func NewSender(client pulsar.Client, opts ...Option) *Sender {
+func NewSender(client pulsar.Client, opts ...SenderOption) *Sender {
 	var cfg config
 	for _, o := range opts {
-		o(&cfg)
+		o.applySender(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
 	}
 	return &Sender{client: client, cfg: cfg, producers: map[string]*producerEntry{}}
 }
@@ -112,6 +137,8 @@ func (s *Sender) create(topic string, e *producerEntry) {
 	s.mu.Lock()
 	if err != nil {
 		e.err = fmt.Errorf("babelqueue/pulsar: producer for %s: %w", topic, err)
+		s.cfg.logger.Warn("babelqueue/pulsar: cannot create a producer; the next publish tries again",
+			slog.String("topic", topic), slog.Any("error", err))
 		delete(s.producers, topic)
 	} else if s.closed {
 		e.err = driver.ErrClosed
@@ -223,9 +250,26 @@ func (s *Sender) ready() []pulsar.Producer {
 	return ps
 }
 
-// Close flushes and closes every producer.
-func (s *Sender) Close() error {
+// As sets target, a *pulsar.Client, to the client the Sender publishes
+// through; it reports false for any other type.
+func (s *Sender) As(target any) bool {
+	p, ok := target.(*pulsar.Client)
+	if ok {
+		*p = s.client
+	}
+	return ok
+}
+
+// Close flushes every producer (waiting no longer than ctx) and closes
+// them. The client is the caller's and stays open.
+func (s *Sender) Close(ctx context.Context) error {
 	ps := s.ready()
+	var err error
+	for _, p := range ps {
+		if ferr := p.FlushWithCtx(ctx); ferr != nil && err == nil {
+			err = fmt.Errorf("babelqueue/pulsar: flush %s: %w", p.Topic(), ferr)
+		}
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.producers = map[string]*producerEntry{}
@@ -233,5 +277,5 @@ func (s *Sender) Close() error {
 	for _, p := range ps {
 		p.Close()
 	}
-	return nil
+	return err
 }

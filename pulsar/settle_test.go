@@ -58,7 +58,7 @@ func TestSubTickBackoffIsHonoured(t *testing.T) {
 	client := newClient(t)
 	topic := newTopic(t)
 	snd := NewSender(client)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestSubTickBackoffIsHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	const backoff = 500 * time.Millisecond
 	checkGaps(t, attemptTimes(t, r, snd, 2, queue.WithBackoff(queue.Constant(backoff))), backoff)
 }
@@ -77,7 +77,7 @@ func TestNativeRetryHonoursTheBackoff(t *testing.T) {
 	client := newClient(t)
 	topic := newTopic(t)
 	snd := NewSender(client)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestNativeRetryHonoursTheBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	const backoff = 700 * time.Millisecond
 	at := attemptTimes(t, r, snd, 1, queue.WithBackoff(queue.Constant(backoff)))
 	checkGaps(t, at, backoff)
@@ -128,7 +128,7 @@ func TestRetriesAreExactPerMessageWithBatching(t *testing.T) {
 		if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
 			t.Fatal(err)
 		}
-		var opts []Option
+		var opts []ReceiverOption
 		if native {
 			opts = append(opts, WithNativeRetry())
 		}
@@ -154,8 +154,8 @@ func TestRetriesAreExactPerMessageWithBatching(t *testing.T) {
 		drivertest.WaitUntil(t, 30*time.Second, "100 successes", func() bool { mu.Lock(); defer mu.Unlock(); return len(ok) == 100 })
 		time.Sleep(500 * time.Millisecond)
 		_ = stop()
-		_ = r.Close()
-		_ = snd.Close()
+		_ = r.Close(context.Background())
+		_ = snd.Close(context.Background())
 		mu.Lock()
 		for i, n := range ok {
 			if n != 1 {
@@ -182,7 +182,7 @@ func TestPublishHonoursContext(t *testing.T) {
 	}
 	defer down.Close()
 	snd := NewSender(down)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
@@ -197,7 +197,7 @@ func TestPublishHonoursContext(t *testing.T) {
 	// another fine.
 	client := newClient(t)
 	mixed := NewSender(client, WithTopicPrefix(""))
-	defer mixed.Close()
+	defer mixed.Close(context.Background())
 	topic := newTopic(t)
 	slowCtx, cancelSlow := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelSlow()
@@ -218,7 +218,7 @@ func TestFaults(t *testing.T) {
 	}
 	client := newClient(t)
 	snd := NewSender(client)
-	defer snd.Close()
+	defer snd.Close(context.Background())
 	h := drivertest.FaultHarness{
 		KillBroker:  serverScript("kill"),
 		StartBroker: serverScript("resume"),
@@ -230,7 +230,7 @@ func TestFaults(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return r, func() { _ = r.Close() }
+				return r, func() { _ = r.Close(context.Background()) }
 			},
 			Timeout: 90 * time.Second,
 		},
@@ -254,5 +254,45 @@ func serverScript(verb string) func(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %s: %v\n%s", os.Getenv(EnvServerScript), verb, err, out)
 		}
+	}
+}
+
+// As reaches the native types: the client of a Sender, the consumer of a
+// Receiver and a delivery's pulsar.Message.
+func TestAs(t *testing.T) {
+	client := newClient(t)
+	topic := newTopic(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	var c pulsar.Client
+	if !snd.As(&c) || c != client {
+		t.Error("Sender.As(*pulsar.Client) failed")
+	}
+	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, testURN, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReceiver(client, topic, "as")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	var consumer pulsar.Consumer
+	if !r.As(&consumer) || consumer == nil {
+		t.Error("Receiver.As(*pulsar.Consumer) failed")
+	}
+	ds, err := r.Receive(context.Background(), 1)
+	for len(ds) == 0 && err == nil {
+		ds, err = r.Receive(context.Background(), 1)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg pulsar.Message
+	if !ds[0].As(&msg) || msg.ID().String() != ds[0].Position {
+		t.Errorf("Delivery.As(*pulsar.Message) = %v", msg)
+	}
+	var wrong *int
+	if ds[0].As(&wrong) || r.As(&wrong) {
+		t.Error("As took a wrong type")
 	}
 }

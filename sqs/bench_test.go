@@ -78,7 +78,7 @@ func BenchmarkConsume(b *testing.B) {
 					}
 				}
 				r := NewReceiver(api, q, WithWaitTime(time.Second))
-				defer r.Close()
+				defer r.Close(context.Background())
 				b.SetBytes(int64(len(m.Body)))
 				drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, handlers, queue.WithBatchSize(10))
 			})

@@ -25,7 +25,7 @@ func TestDriverSuite(t *testing.T) {
 		Sender:   func(*testing.T) driver.Sender { return snd },
 		Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
 			r := newTestReceiver(t, q)
-			return r, func() { _ = r.Close() }
+			return r, func() { _ = r.Close(context.Background()) }
 		},
 		SendRaw: func(t *testing.T, q string, body []byte, headers map[string]string) {
 			u, err := snd.urls.url(context.Background(), q)
@@ -64,7 +64,7 @@ func TestDriverSuiteFIFO(t *testing.T) {
 		Sender:   func(*testing.T) driver.Sender { return snd },
 		Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
 			r := newTestReceiver(t, q)
-			return r, func() { _ = r.Close() }
+			return r, func() { _ = r.Close(context.Background()) }
 		},
 		Redelivery:      2 * time.Second,
 		Ordered:         true,

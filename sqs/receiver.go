@@ -26,19 +26,27 @@ type ReceiverAPI interface {
 
 // WithWaitTime sets the long-polling wait of each ReceiveMessage (default
 // 20s, the SQS maximum).
-func WithWaitTime(d time.Duration) Option { return func(c *config) { c.wait = d } }
+func WithWaitTime(d time.Duration) ReceiverOption {
+	return receiverOption(func(c *config) { c.wait = d })
+}
 
 // WithVisibilityTimeout sets the visibility timeout requested on receive and
 // renewed by the heartbeat (default 30s).
-func WithVisibilityTimeout(d time.Duration) Option { return func(c *config) { c.visibility = d } }
+func WithVisibilityTimeout(d time.Duration) ReceiverOption {
+	return receiverOption(func(c *config) { c.visibility = d })
+}
 
 // WithHeartbeat sets how often the visibility of unsettled messages is
 // extended (default a third of the visibility timeout).
-func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
+func WithHeartbeat(d time.Duration) ReceiverOption {
+	return receiverOption(func(c *config) { c.heartbeat = d })
+}
 
 // WithMaxExtension bounds how long the heartbeat keeps one message invisible
 // (default 1h; SQS allows 12h); after that it is redelivered.
-func WithMaxExtension(d time.Duration) Option { return func(c *config) { c.maxExtension = d } }
+func WithMaxExtension(d time.Duration) ReceiverOption {
+	return receiverOption(func(c *config) { c.maxExtension = d })
+}
 
 // Receiver receives from one queue. It implements driver.Receiver.
 type Receiver struct {
@@ -74,16 +82,19 @@ type ackReq struct {
 
 // NewReceiver returns a Receiver for queue (a name or a URL) and starts its
 // visibility heartbeat; Close stops it.
-func NewReceiver(api ReceiverAPI, queue string, opts ...Option) *Receiver {
+func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receiver {
 	cfg := config{wait: 20 * time.Second, visibility: 30 * time.Second, maxExtension: time.Hour}
 	for _, o := range opts {
-		o(&cfg)
+		o.applyReceiver(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
 	}
 	if cfg.heartbeat <= 0 {
 		cfg.heartbeat = cfg.visibility / 3
 	}
 	r := &Receiver{
-		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: slog.Default(),
+		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: cfg.logger,
 		outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go r.heartbeatLoop()
@@ -159,10 +170,23 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 			Gate:        Gate(sv, hasSV),
 			OrderingKey: tok.group,
 			Token:       tok,
+			Position:    aws.ToString(m.MessageId),
+			AsFunc:      messageAs(m),
 		})
 	}
 	r.mu.Unlock()
 	return ds, nil
+}
+
+// messageAs serves driver.Delivery.As: target is a *types.Message.
+func messageAs(m types.Message) func(any) bool {
+	return func(target any) bool {
+		p, ok := target.(*types.Message)
+		if ok {
+			*p = m
+		}
+		return ok
+	}
 }
 
 func (r *Receiver) tokenOf(d *driver.Delivery) (*token, error) {
@@ -320,9 +344,28 @@ func (r *Receiver) extend() {
 	}
 }
 
+// As sets target, a *ReceiverAPI (or **sqs.Client when the API is one), to
+// the client the Receiver receives through; it reports false otherwise. A
+// delivery's As gives its types.Message.
+func (r *Receiver) As(target any) bool {
+	switch p := target.(type) {
+	case *ReceiverAPI:
+		*p = r.api
+		return true
+	case **awssqs.Client:
+		c, ok := r.api.(*awssqs.Client)
+		if ok {
+			*p = c
+		}
+		return ok
+	}
+	return false
+}
+
 // Close stops the heartbeat. Unsettled messages become visible again when
-// their visibility timeout runs out.
-func (r *Receiver) Close() error {
+// their visibility timeout runs out; the API client is the caller's and
+// stays open. ctx is unused: nothing is flushed.
+func (r *Receiver) Close(context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -29,8 +31,28 @@ type QueueURLAPI interface {
 	GetQueueUrl(ctx context.Context, in *awssqs.GetQueueUrlInput, opts ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error)
 }
 
-// Option configures a Sender or a Receiver.
-type Option func(*config)
+// SenderOption configures a Sender.
+type SenderOption interface{ applySender(*config) }
+
+// ReceiverOption configures a Receiver.
+type ReceiverOption interface{ applyReceiver(*config) }
+
+// CommonOption configures a Sender and a Receiver alike.
+type CommonOption func(*config)
+
+func (o CommonOption) applySender(c *config)   { o(c) }
+func (o CommonOption) applyReceiver(c *config) { o(c) }
+
+type senderOption func(*config)
+
+func (o senderOption) applySender(c *config) { o(c) }
+
+type receiverOption func(*config)
+
+func (o receiverOption) applyReceiver(c *config) { o(c) }
+
+// WithLogger logs to l (default slog.Default()).
+func WithLogger(l *slog.Logger) CommonOption { return func(c *config) { c.logger = l } }
 
 type config struct {
 	urlPrefix    string
@@ -40,6 +62,7 @@ type config struct {
 	heartbeat    time.Duration
 	maxExtension time.Duration
 	contentDedup bool
+	logger       *slog.Logger
 }
 
 // WithContentBasedDeduplication leaves MessageDeduplicationId unset on FIFO
@@ -48,17 +71,19 @@ type config struct {
 // ContentBasedDeduplication enabled. A retry copy differs from its original
 // (attempts), so it is not swallowed; two identical publishes within five
 // minutes are.
-func WithContentBasedDeduplication() Option { return func(c *config) { c.contentDedup = true } }
+func WithContentBasedDeduplication() SenderOption {
+	return senderOption(func(c *config) { c.contentDedup = true })
+}
 
 // WithQueueURLPrefix builds queue URLs as prefix + name instead of asking
 // GetQueueUrl (for example "https://sqs.eu-west-1.amazonaws.com/123456789012/").
-func WithQueueURLPrefix(prefix string) Option { return func(c *config) { c.urlPrefix = prefix } }
+func WithQueueURLPrefix(prefix string) CommonOption { return func(c *config) { c.urlPrefix = prefix } }
 
 // WithGroupFunc sets the MessageGroupId of messages to FIFO queues (default:
 // the message key, else the group of the message a copy was made from, else
 // the queue name).
-func WithGroupFunc(fn func(*driver.Message) string) Option {
-	return func(c *config) { c.groupFunc = fn }
+func WithGroupFunc(fn func(*driver.Message) string) SenderOption {
+	return senderOption(func(c *config) { c.groupFunc = fn })
 }
 
 // resolver maps queue names to URLs, cached.
@@ -98,20 +123,49 @@ func (r *resolver) url(ctx context.Context, queue string) (string, error) {
 
 // Sender publishes envelopes as SQS messages. It implements driver.Sender.
 type Sender struct {
-	api   SenderAPI
-	cfg   config
-	urls  *resolver
-	clock func() time.Time
+	api    SenderAPI
+	cfg    config
+	urls   *resolver
+	clock  func() time.Time
+	closed atomic.Bool
 }
 
 // NewSender returns a Sender using api (an *sqs.Client; point it at a local
 // server with sqs.Options.BaseEndpoint).
-func NewSender(api SenderAPI, opts ...Option) *Sender {
+func NewSender(api SenderAPI, opts ...SenderOption) *Sender {
 	var cfg config
 	for _, o := range opts {
-		o(&cfg)
+		o.applySender(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
 	}
 	return &Sender{api: api, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, clock: time.Now}
+}
+
+// Close marks the Sender closed: later Sends fail with driver.ErrClosed.
+// The API client is the caller's and stays open; the SQS API keeps no
+// connection state that needs flushing, so ctx is unused.
+func (s *Sender) Close(context.Context) error {
+	s.closed.Store(true)
+	return nil
+}
+
+// As sets target, a *SenderAPI (or **sqs.Client when the API is one), to
+// the client the Sender sends through; it reports false otherwise.
+func (s *Sender) As(target any) bool {
+	switch p := target.(type) {
+	case *SenderAPI:
+		*p = s.api
+		return true
+	case **awssqs.Client:
+		c, ok := s.api.(*awssqs.Client)
+		if ok {
+			*p = c
+		}
+		return ok
+	}
+	return false
 }
 
 // entry is one message ready to send.
@@ -191,6 +245,9 @@ func dedupID(m *driver.Message) string {
 // SendMessageBatch in chunks of up to 10 messages and 256 KiB. A partial
 // failure returns a *driver.BatchError.
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
+	if s.closed.Load() {
+		return driver.ErrClosed
+	}
 	errs := make([]error, len(msgs))
 	byURL := map[string][]entry{}
 	var order []string

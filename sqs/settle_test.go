@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -40,7 +41,7 @@ func TestSubSecondBackoffIsRoundedUp(t *testing.T) {
 	snd := NewSender(client(t))
 	publish(t, snd, q, nil)
 	r := newTestReceiver(t, q)
-	defer r.Close()
+	defer r.Close(context.Background())
 	var mu sync.Mutex
 	var at []time.Time
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
@@ -80,7 +81,7 @@ func TestContentBasedDeduplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newTestReceiver(t, name)
-	defer r.Close()
+	defer r.Close(context.Background())
 	var n int
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
@@ -158,7 +159,7 @@ func faultHarness(t *testing.T) drivertest.FaultHarness {
 			Sender:   func(*testing.T) driver.Sender { return snd },
 			Receiver: func(t *testing.T, q string) (driver.Receiver, func()) {
 				r := newTestReceiver(t, q)
-				return r, func() { _ = r.Close() }
+				return r, func() { _ = r.Close(context.Background()) }
 			},
 			Timeout: 90 * time.Second,
 		},
@@ -172,5 +173,42 @@ func faultHarness(t *testing.T) drivertest.FaultHarness {
 			}
 			return q
 		},
+	}
+}
+
+// As reaches the native types: the *sqs.Client of a Sender or Receiver and
+// a delivery's types.Message.
+func TestAs(t *testing.T) {
+	q := newQueue(t, false)
+	api := client(t)
+	snd := NewSender(api)
+	var c *awssqs.Client
+	if !snd.As(&c) || c != api {
+		t.Error("Sender.As(**sqs.Client) failed")
+	}
+	publish(t, snd, q, nil)
+	r := newTestReceiver(t, q)
+	defer r.Close(context.Background())
+	var rapi ReceiverAPI
+	if !r.As(&rapi) || rapi == nil {
+		t.Error("Receiver.As(*ReceiverAPI) failed")
+	}
+	ds, err := r.Receive(context.Background(), 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v %d", err, len(ds))
+	}
+	var m types.Message
+	if !ds[0].As(&m) || aws.ToString(m.MessageId) == "" || aws.ToString(m.MessageId) != ds[0].Position {
+		t.Errorf("Delivery.As(*types.Message) = %+v", m)
+	}
+	var wrong *int
+	if ds[0].As(&wrong) || snd.As(&wrong) {
+		t.Error("As took a wrong type")
+	}
+	if err := snd.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(context.Background(), []*driver.Message{{Body: []byte("{}"), Queue: q}}); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Send after Close = %v, want ErrClosed", err)
 	}
 }

@@ -137,8 +137,8 @@ func newQueue(t testing.TB, fifo bool) string {
 	return names[0]
 }
 
-func newTestReceiver(t testing.TB, q string, opts ...Option) *Receiver {
+func newTestReceiver(t testing.TB, q string, opts ...ReceiverOption) *Receiver {
 	t.Helper()
-	base := []Option{WithWaitTime(time.Second), WithVisibilityTimeout(2 * time.Second), WithHeartbeat(500 * time.Millisecond)}
+	base := []ReceiverOption{WithWaitTime(time.Second), WithVisibilityTimeout(2 * time.Second), WithHeartbeat(500 * time.Millisecond)}
 	return NewReceiver(client(t), q, append(base, opts...)...)
 }

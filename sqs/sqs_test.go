@@ -59,9 +59,9 @@ func TestVisibilityExpiryRaisesAttempts(t *testing.T) {
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("receive: %v, %d", err, len(ds))
 	}
-	_ = r1.Close() // the consumer dies; no heartbeat, no settlement
+	_ = r1.Close(context.Background()) // the consumer dies; no heartbeat, no settlement
 	r2 := newTestReceiver(t, q)
-	defer r2.Close()
+	defer r2.Close(context.Background())
 	var got *queue.Message
 	var mu sync.Mutex
 	stop := drivertest.StartConsumer(t, r2, snd, testURN, func(_ context.Context, m *queue.Message) error {
@@ -84,7 +84,7 @@ func TestHeartbeatKeepsSlowHandlerInvisible(t *testing.T) {
 	snd := NewSender(client(t))
 	publish(t, snd, q, nil)
 	r := newTestReceiver(t, q) // visibility 2s, heartbeat 500ms
-	defer r.Close()
+	defer r.Close(context.Background())
 	var runs atomic.Int32
 	var attempts atomic.Int32
 	began, finished := make(chan struct{}), make(chan struct{})
@@ -98,7 +98,7 @@ func TestHeartbeatKeepsSlowHandlerInvisible(t *testing.T) {
 	})
 	<-began
 	other := newTestReceiver(t, q)
-	defer other.Close()
+	defer other.Close(context.Background())
 	polls := 0
 	for done := false; !done; {
 		select {
@@ -139,7 +139,7 @@ func TestFIFORetryNotDeduplicated(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newTestReceiver(t, q)
-	defer r.Close()
+	defer r.Close(context.Background())
 	var mu sync.Mutex
 	var seen []int
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
@@ -189,7 +189,7 @@ func TestBatchPublishChunksAndReportsPerMessage(t *testing.T) {
 		t.Errorf("%d GetQueueUrl calls, want 1 (cached)", n)
 	}
 	r := NewReceiver(api, q, WithWaitTime(time.Second))
-	defer r.Close()
+	defer r.Close(context.Background())
 	var handled atomic.Int32
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error { handled.Add(1); return nil },
 		queue.WithConcurrency(10), queue.WithBatchSize(10))
@@ -265,9 +265,9 @@ func TestShutdownReleasesUnstarted(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	_ = r.Close()
+	_ = r.Close(context.Background())
 	other := newTestReceiver(t, q)
-	defer other.Close()
+	defer other.Close(context.Background())
 	got := 0
 	deadline := time.Now().Add(3 * time.Second)
 	for got < 4 && time.Now().Before(deadline) {

@@ -118,7 +118,16 @@ type Delivery struct {
 	// "topic/partition@offset", an SQS or Service Bus message id, a Pulsar
 	// message id); "" when the driver has none.
 	Position string
+	// AsFunc, set by the driver, serves As.
+	AsFunc func(target any) bool
 }
+
+// As is the escape hatch to the broker's own message, as in Go CDK: it sets
+// target, a pointer to the native type, and reports whether the driver has
+// one of that type (*kgo.Record for Kafka, types.Message for SQS,
+// pulsar.Message for Pulsar, *azservicebus.ReceivedMessage for Service
+// Bus; each driver's doc names it).
+func (d *Delivery) As(target any) bool { return d != nil && d.AsFunc != nil && d.AsFunc(target) }
 
 // Capabilities says what a Receiver supports natively.
 type Capabilities struct {
