@@ -14,6 +14,10 @@
 #   make lint          gofmt, go vet and staticcheck
 #   make fuzz          the decoder fuzz target for FUZZTIME (default 1m)
 #   make tidy          go mod tidy in every module, each on its own
+#   make release-check build each module's zip as the module proxy serves it
+#                      into a file GOPROXY, build a scratch service against
+#                      it (Kafka: publish and consume through kfake), and
+#                      diff each module's API with its previous tag
 #   make standalone    vet and test every module outside the workspace
 #                      (GOWORK=off, -mod=readonly), as its users would
 #   make demo          the Kafka demo on an embedded kfake cluster
@@ -35,7 +39,7 @@ CONFORMANCE_DIR ?=
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: test conformance bench lint fuzz tidy demo tag tools faults standalone
+.PHONY: test conformance bench lint fuzz tidy demo tag tools faults standalone release-check
 
 test:
 	@scripts/test.sh $(MODULES)
@@ -93,6 +97,10 @@ faults:
 
 standalone:
 	@scripts/standalone.sh $(MODULES)
+
+# VERSIONS="kafka=v0.2.0,core=v0.2.0" and BASE=<git rev> are optional.
+release-check:
+	$(GO) run ./tools/releasecheck $(if $(VERSIONS),-version $(VERSIONS)) $(if $(BASE),-base $(BASE))
 
 demo:
 	$(GO) run ./examples/kafkademo
