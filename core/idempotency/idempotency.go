@@ -107,8 +107,9 @@ const DefaultLease = 5 * time.Minute
 type Option func(*config)
 
 type config struct {
-	lease  time.Duration
-	logger *slog.Logger
+	lease    time.Duration
+	logger   *slog.Logger
+	failOpen bool
 }
 
 // WithLease sets how long a claim lasts (default DefaultLease). Set it above
@@ -124,6 +125,12 @@ func WithLease(d time.Duration) Option {
 
 // WithLogger logs to l (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithFailOpen chooses what an unreachable store means. By default (false,
+// fail closed) the delivery fails and is retried after the backoff, and the
+// handler does not run: no effect can happen twice. With true the handler
+// runs anyway (logged at Warn), trading possible duplicates for progress.
+func WithFailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 
 func newConfig(opts []Option) config {
 	c := config{lease: DefaultLease, logger: slog.Default()}
@@ -148,12 +155,13 @@ func Do(ctx context.Context, store Store, key string, fn func(context.Context) e
 	if key == "" {
 		return true, fn(ctx)
 	}
+	cfg := newConfig(opts)
 	if cl, ok := store.(Claimer); ok {
-		return doClaimed(ctx, cl, key, fn, newConfig(opts))
+		return doClaimed(ctx, cl, key, fn, cfg)
 	}
 	seen, err := store.Seen(ctx, key)
 	if err != nil {
-		return false, fmt.Errorf("babelqueue: idempotency store: %w", err)
+		return cfg.unreachable(ctx, key, fmt.Errorf("babelqueue: idempotency store: %w", err), fn)
 	}
 	if seen {
 		return false, nil
@@ -171,7 +179,7 @@ func doClaimed(ctx context.Context, store Claimer, key string, fn func(context.C
 	owner := uuid.NewString()
 	state, err := store.Claim(ctx, key, owner, cfg.lease)
 	if err != nil {
-		return false, fmt.Errorf("babelqueue: idempotency store: claiming %q: %w", key, err)
+		return cfg.unreachable(ctx, key, fmt.Errorf("babelqueue: idempotency store: claiming %q: %w", key, err), fn)
 	}
 	switch state {
 	case Done:
@@ -197,6 +205,17 @@ func doClaimed(ctx context.Context, store Claimer, key string, fn func(context.C
 		return true, &RememberError{Key: key, Err: err}
 	}
 	return true, nil
+}
+
+// unreachable applies the fail-open or fail-closed choice to a store error
+// met before the handler ran.
+func (c config) unreachable(ctx context.Context, key string, err error, fn func(context.Context) error) (bool, error) {
+	if !c.failOpen {
+		return false, err
+	}
+	c.logger.Warn("babelqueue: idempotency store unreachable; running the handler anyway (fail-open)",
+		slog.String("id", key), slog.Any("error", err))
+	return true, fn(ctx)
 }
 
 // RememberError reports that the handler succeeded but the store could not

@@ -46,7 +46,7 @@ import (
 const prefix = "github.com/babelqueue/transports/"
 
 // order is the release order: a module after the ones it requires.
-var order = []string{"conformance", "core", "kafka", "sqs", "pulsar", "azureservicebus"}
+var order = []string{"conformance", "core", "kafka", "sqs", "pulsar", "azureservicebus", "idempotency/redis", "idempotency/postgres"}
 
 // brokers are the modules a service imports; each gets a consumer program.
 var brokers = map[string]string{
@@ -100,7 +100,7 @@ func run(versionFlag, base string, keep bool) error {
 		rows[m] = r
 		size, err := publish(root, proxy, m, versions[m])
 		if err != nil {
-			r.zipSize, r.failed = "error: "+err.Error(), true
+			r.zipSize, r.failed = "error: "+oneLine(err.Error()), true
 			continue
 		}
 		r.zipSize = fmt.Sprintf("%d KiB", (size+1023)/1024)
@@ -245,7 +245,7 @@ func publish(root, proxy, m, v string) (int64, error) {
 // consume builds (and for Kafka runs) a program of a scratch service module
 // that gets module m@v from the file proxy, outside the repository.
 func consume(tmp, proxy, m, v, program string) string {
-	dir := filepath.Join(tmp, "service-"+m)
+	dir := filepath.Join(tmp, "service-"+strings.ReplaceAll(m, "/", "-"))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "error: " + err.Error()
 	}
@@ -437,6 +437,8 @@ func command(dir string, env []string, timeout time.Duration, args ...string) (s
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Runs a PostgreSQL 15 server (Debian's postgresql) on 127.0.0.1 for the
+# idempotency/postgres module's tests, with its data in a temporary
+# directory. PostgreSQL refuses to run as root, so the server runs as the
+# user nobody, owning its data directory.
+#
+#   scripts/postgres-server.sh install  apt-get install postgresql when missing
+#   scripts/postgres-server.sh start    install if needed, initdb, start, wait
+#   scripts/postgres-server.sh stop     stop it and delete its data
+#   scripts/postgres-server.sh env      print BQ_POSTGRES_PORT=...
+#
+# The port is BQ_POSTGRES_PORT (default 15432); the superuser is postgres with
+# trust authentication on loopback, database postgres; files live under
+# $BQ_CACHE_DIR/postgres (default .cache/postgres).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+cache=${BQ_CACHE_DIR:-$here/../.cache}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+dir=$cache/postgres
+port=${BQ_POSTGRES_PORT:-15432}
+bin=""
+log=$dir/postgres.log
+
+find_bin() {
+	bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+}
+
+install() {
+	find_bin
+	if [ -n "$bin" ] && [ -x "$bin/initdb" ]; then return; fi
+	echo "postgres-server.sh: installing Debian's postgresql" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+	find_bin
+}
+
+as_owner() {
+	if [ "$(id -u)" = 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi
+}
+
+ready() { as_owner "$bin/pg_isready" -q -h 127.0.0.1 -p "$port"; }
+
+start() {
+	install
+	if [ -f "$dir/data/postmaster.pid" ] && ready; then
+		echo "postgres-server.sh: already running on 127.0.0.1:$port" >&2
+		return
+	fi
+	rm -rf "$dir"
+	mkdir -p "$dir/data" "$dir/sock"
+	if [ "$(id -u)" = 0 ]; then chown -R nobody:nogroup "$dir"; fi
+	as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust >"$dir/initdb.log" 2>&1
+	as_owner "$bin/pg_ctl" -D "$dir/data" -l "$log" -w -t 60 \
+		-o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+	head -n 1 "$dir/data/postmaster.pid" >"$dir/postgres.pid"
+	wait_ready "$dir/postgres.pid" "$log" 30 ready
+	echo "postgres-server.sh: ready on 127.0.0.1:$port (user postgres, database postgres)" >&2
+}
+
+stop() {
+	find_bin
+	if [ -n "$bin" ] && [ -f "$dir/data/postmaster.pid" ]; then
+		as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+	fi
+	rm -rf "$dir"
+}
+
+case "${1:-}" in
+install) install ;;
+start) start ;;
+stop) stop ;;
+env) echo "BQ_POSTGRES_PORT=$port" ;;
+*) echo "usage: $0 install|start|stop|env" >&2; exit 2 ;;
+esac
