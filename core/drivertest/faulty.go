@@ -37,6 +37,13 @@ func (f *FaultySender) FailSends(suffix string, n int) {
 	f.fails[suffix] += n
 }
 
+// Heal drops every pending failure: the broker is back.
+func (f *FaultySender) Heal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.fails)
+}
+
 // Delay makes every Send wait d first.
 func (f *FaultySender) Delay(d time.Duration) {
 	f.mu.Lock()
@@ -58,7 +65,7 @@ func (f *FaultySender) Send(ctx context.Context, msgs []*driver.Message) error {
 	delay := f.delay
 	fail := false
 	for suffix, n := range f.fails {
-		if n == 0 {
+		if n <= 0 {
 			continue
 		}
 		for _, m := range msgs {

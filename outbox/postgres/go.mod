@@ -1,0 +1,30 @@
+module github.com/babelqueue/transports/outbox/postgres
+
+go 1.26.0
+
+require (
+	github.com/babelqueue/transports/core v0.1.0
+	github.com/babelqueue/transports/kafka v0.1.0
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+)
+
+require (
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go/pkg/kadm v1.20.0 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace (
+	github.com/babelqueue/transports/conformance => ../../conformance
+	github.com/babelqueue/transports/core => ../../core
+	github.com/babelqueue/transports/kafka => ../../kafka
+)
