@@ -26,7 +26,8 @@ type PublisherOption func(*Publisher)
 // WithPublisherMetrics reports published counts to m.
 func WithPublisherMetrics(m Metrics) PublisherOption { return func(p *Publisher) { p.metrics = m } }
 
-// WithPublisherLogger logs to l (default slog.Default()).
+// WithPublisherLogger logs to l (default slog.Default()): every publish at
+// level Debug, and the failed messages of a partly failed batch at Warn.
 func WithPublisherLogger(l *slog.Logger) PublisherOption { return func(p *Publisher) { p.logger = l } }
 
 // WithDefaultHeaders adds headers to every message (a contract header of the
@@ -71,6 +72,20 @@ func WithHeader(name, value string) PublishOption {
 // ToQueue sends PublishEnvelope's envelope to queue instead of its meta.queue
 // (meta is never changed).
 func ToQueue(queue string) PublishOption { return func(c *publishConfig) { c.queue = queue } }
+
+// HeaderReplay is the transport header of a replayed message (a redrive or
+// replay from a dead-letter queue): handlers test it with IsReplay to skip
+// external side effects, as the other SDKs' handlers do.
+const HeaderReplay = "bq-replay-bypass"
+
+// AsReplay marks the message as a replay (HeaderReplay: "1"). The marker
+// rides beside the envelope as a native header, never inside it, and
+// survives retry and dead-letter copies.
+func AsReplay() PublishOption { return WithHeader(HeaderReplay, "1") }
+
+// IsReplay reports whether m was published as a replay (AsReplay, or a peer
+// SDK's replay tool), so a handler can skip external side effects.
+func IsReplay(m *Message) bool { return m != nil && m.Headers[HeaderReplay] == "1" }
 
 // WithDelay asks drivers that support it to deliver no earlier than d from now.
 func WithDelay(d time.Duration) PublishOption { return func(c *publishConfig) { c.delay = d } }
@@ -128,6 +143,7 @@ func (p *Publisher) Publish(ctx context.Context, queue, urn string, data any, op
 		return nil, fmt.Errorf("babelqueue: publishing %s to %s: %w", urn, queue, err)
 	}
 	p.metrics.Published(queue, urn, 1)
+	p.published(ctx, msg)
 	return env, nil
 }
 
@@ -146,6 +162,7 @@ func (p *Publisher) PublishEnvelope(ctx context.Context, env *core.Envelope, opt
 		return fmt.Errorf("babelqueue: publishing %s to %s: %w", env.URN, msg.Queue, err)
 	}
 	p.metrics.Published(msg.Queue, env.URN, 1)
+	p.published(ctx, msg)
 	return nil
 }
 
@@ -173,11 +190,22 @@ func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 	}
 	err := p.snd.Send(ctx, msgs)
 	for i, m := range msgs {
-		if be, ok := err.(*driver.BatchError); (ok && be.Failed(i) == nil) || err == nil {
+		be, ok := err.(*driver.BatchError)
+		if (ok && be.Failed(i) == nil) || err == nil {
 			p.metrics.Published(m.Queue, m.Envelope.URN, 1)
+			p.published(ctx, m)
+		} else if ok {
+			p.logger.LogAttrs(ctx, slog.LevelWarn, "babelqueue: batch message not published",
+				slog.Int("index", i), slog.String("queue", m.Queue), slog.String("urn", m.Envelope.URN),
+				slog.String("id", m.Envelope.Meta.ID), slog.Any("error", be.Failed(i)))
 		}
 	}
 	return err
+}
+
+func (p *Publisher) published(ctx context.Context, m *driver.Message) {
+	p.logger.LogAttrs(ctx, slog.LevelDebug, "babelqueue: published",
+		slog.String("queue", m.Queue), slog.String("urn", m.Envelope.URN), slog.String("id", m.Envelope.Meta.ID))
 }
 
 // Redrive sends a dead-lettered envelope back to its original queue with the
