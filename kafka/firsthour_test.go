@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
@@ -122,4 +124,38 @@ func TestStartLogAndUnknownURNWarning(t *testing.T) {
 	if !strings.Contains(out, "no handler for URN") || !strings.Contains(out, "nearest_registered=[urn:babel:orders:created]") {
 		t.Errorf("the unknown-URN warning does not name the nearest URN:\n%s", out)
 	}
+}
+
+// When the broker goes away the consumer reports it: Health turns unready
+// with the address and cause, and the error handler hears it.
+func TestBrokerLossShowsInHealth(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders.dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := c.ListenAddrs()
+	snd, err := NewSender(seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snd.Close(context.Background())
+	r := newTestReceiverOn(t, seeds, "g", []string{"orders"})
+	defer r.Close(context.Background())
+	var reported atomic.Int32
+	con := queue.NewConsumer(r, snd, queue.WithErrorHandler(func(error) { reported.Add(1) }), queue.WithLogger(drivertest.TestLogger(t)))
+	con.Handle(testURN, func(context.Context, *queue.Message) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- con.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	drivertest.WaitUntil(t, 20*time.Second, "ready", func() bool { return con.Health().Ready })
+	c.Close()
+	drivertest.WaitUntil(t, 30*time.Second, "unready after the broker went away", func() bool {
+		h := con.Health()
+		return !h.Ready && strings.Contains(h.ReceiveError, seeds[0])
+	})
+	if reported.Load() == 0 {
+		t.Error("the error handler heard nothing")
+	}
+	t.Logf("health: %+v", con.Health())
 }

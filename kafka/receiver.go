@@ -304,6 +304,13 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if ferr == nil {
+			// franz-go retries connections quietly: an empty poll while
+			// the last dial failed is a broker we cannot reach.
+			if cause := r.conn.lastErr(); cause != nil {
+				ferr = fmt.Errorf("babelqueue/kafka: consumer group %s: %w", r.group, cause)
+			}
+		}
 		return nil, ferr
 	}
 	if ferr != nil {

@@ -101,6 +101,12 @@ func newTestSender(t testing.TB, opts ...SenderOption) *Sender {
 
 func newTestReceiver(t testing.TB, group string, topics []string, opts ...ReceiverOption) *Receiver {
 	t.Helper()
+	return newTestReceiverOn(t, seeds, group, topics, opts...)
+}
+
+// newTestReceiverOn is newTestReceiver on other seed brokers.
+func newTestReceiverOn(t testing.TB, seeds []string, group string, topics []string, opts ...ReceiverOption) *Receiver {
+	t.Helper()
 	base := []ReceiverOption{
 		WithPollWait(200 * time.Millisecond),
 		WithConsumerClientOptions(kgo.FetchMaxWait(250*time.Millisecond), kgo.SessionTimeout(6*time.Second),

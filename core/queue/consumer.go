@@ -85,6 +85,8 @@ type Consumer struct {
 
 	startupCheck   bool
 	startupTimeout time.Duration
+	stuckAfter     time.Duration
+	health         health
 
 	decodeOpts []core.DecodeOption
 	running    atomic.Bool
@@ -232,6 +234,7 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 		now:             time.Now,
 		startupCheck:    true,
 		startupTimeout:  15 * time.Second,
+		stuckAfter:      5 * time.Minute,
 	}
 	for _, o := range opts {
 		o(c)
@@ -259,6 +262,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
+	c.health.start(time.Now())
+	defer c.health.stop()
 	if err := c.prepare(ctx); err != nil {
 		return err
 	}

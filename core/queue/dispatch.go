@@ -113,6 +113,8 @@ func (d *dispatcher) handle(del *driver.Delivery) {
 		d.c.giveBack(del, nil)
 		return
 	}
+	d.c.health.begin(del, time.Now())
+	defer d.c.health.end(del)
 	d.c.process(d.hctx, d.handlers, del)
 }
 
@@ -120,6 +122,9 @@ func (c *Consumer) receiveLoop(ctx context.Context, d *dispatcher) error {
 	pause := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		ds, err := c.rcv.Receive(ctx, c.batch)
+		if ctx.Err() == nil {
+			c.health.received(err, time.Now())
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				c.releaseAll(ds)

@@ -364,6 +364,7 @@ func (c *Consumer) release(d *driver.Delivery, delay time.Duration, m *Message) 
 }
 
 func (c *Consumer) report(err *SettleError) {
+	c.health.settleFailed(time.Now())
 	c.metrics.SettleFailed(err.Queue, err.Op)
 	c.onError(err)
 }
