@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -296,3 +298,73 @@ func TestAs(t *testing.T) {
 		t.Error("As took a wrong type")
 	}
 }
+
+// An empty payload in a producer batch reaches the runtime (batch-index
+// acknowledgement on) and is quarantined as poison, with the batch's other
+// messages; nothing vanishes silently.
+func TestEmptyPayloadInABatchIsQuarantined(t *testing.T) {
+	client := newClient(t)
+	topic := newTopic(t)
+	raw, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxPublishDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, p := range [][]byte{[]byte("first of the batch"), {}, []byte("last of the batch")} {
+		raw.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: p}, func(pulsar.MessageID, *pulsar.ProducerMessage, error) {})
+	}
+	if err := raw.FlushWithCtx(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	r, err := NewReceiver(client, topic, "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error { return nil }, queue.WithDeadLetter(""))
+	dlq, err := NewReceiver(client, topic+".dlq", "dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close(context.Background())
+	var bodies []string
+	drivertest.WaitUntil(t, 20*time.Second, "three quarantined messages", func() bool {
+		ds, _ := dlq.Receive(context.Background(), 3)
+		for _, d := range ds {
+			if d.Headers[PropDeadLetterReason] != "poison" {
+				t.Errorf("dead letter %q has reason %q", d.Body, d.Headers[PropDeadLetterReason])
+			}
+			bodies = append(bodies, string(d.Body))
+			_ = dlq.Ack(context.Background(), d)
+		}
+		return len(bodies) >= 3
+	})
+	_ = stop()
+	if !slices.Contains(bodies, "") {
+		t.Errorf("quarantined %q: the empty message is missing", bodies)
+	}
+}
+
+// WatchDiscards reports every message the client says it discarded, with
+// its fields, and passes the log line on.
+func TestWatchDiscards(t *testing.T) {
+	var got []DiscardedMessage
+	var logged []string
+	next := plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) { logged = append(logged, string(p)) }), nil)))
+	l := WatchDiscards(next, func(d DiscardedMessage) { got = append(got, d) })
+	l.WithFields(plog.Fields{"msgID": "1:2:0", "validationError": "BatchDeSerializeError"}).Error("Discarding corrupted message")
+	l.SubLogger(plog.Fields{"topic": "t"}).WithField("msgID", "3:4:0").Error("Discarding corrupted message")
+	l.WithError(errors.New("x")).Error("some other error")
+	if len(got) != 2 || got[0].Fields["validationError"] != "BatchDeSerializeError" || got[1].Fields["msgID"] != "3:4:0" {
+		t.Fatalf("reported %+v", got)
+	}
+	if !strings.Contains(got[0].Error(), "1:2:0") || len(logged) != 3 {
+		t.Errorf("error %q, %d lines logged, want 3", got[0].Error(), len(logged))
+	}
+}
+
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
