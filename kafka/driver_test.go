@@ -34,7 +34,7 @@ func TestDriverSuite(t *testing.T) {
 		},
 		Ordered: true,
 		CheckProjection: func(t *testing.T, d *driver.Delivery, env *core.Envelope) {
-			rec := d.Token.(*slot).rec
+			rec := d.Token.(*token).s.rec
 			if !rec.Timestamp.Equal(time.UnixMilli(env.Meta.CreatedAt)) {
 				t.Errorf("record timestamp %v, want created_at %d", rec.Timestamp, env.Meta.CreatedAt)
 			}

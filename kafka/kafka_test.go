@@ -235,7 +235,7 @@ func TestRetryTiers(t *testing.T) {
 	defer r.Close(context.Background())
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		mu.Lock()
-		runs = append(runs, run{time.Now(), m.Envelope.Attempts, m.Delivery.Token.(*slot).rec.Topic, m.Headers})
+		runs = append(runs, run{time.Now(), m.Envelope.Attempts, m.Delivery.Token.(*token).s.rec.Topic, m.Headers})
 		mu.Unlock()
 		return errors.New("always")
 	}, queue.WithMaxAttempts(3), queue.WithDeadLetter(""),

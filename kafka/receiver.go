@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,20 +77,49 @@ type partState struct {
 	commitAt    int64   // next offset to commit
 	leaderEpoch int32
 	dirty       bool
-	backlog     []*kgo.Record // handed back; delivered again, in order, first
-	backlogAt   time.Time     // not before
-	held        int           // slots waiting for their bq-delay
+	backlog     []*slot        // handed back; delivered again, in offset order, first
+	backKeys    map[string]int // ordering keys with slots in the backlog
+	backlogAt   time.Time      // not before
+	held        int            // slots waiting for their bq-delay
 	paused      bool
 }
 
-// slot is one received record of a partition.
+// slot is one received record of a partition. It stays in the
+// partition's inflight list, holding its offset back from the commit, until
+// it is settled.
 type slot struct {
 	rec  *kgo.Record
 	part *partState
-	done bool // settled
-	gone bool // superseded: handed back, or its partition revoked
-	held bool // waiting for its bq-delay; not handed to the runtime yet
+	gen  uint32 // bumped each time it is handed to the runtime
+	done bool   // settled
+	gone bool   // its partition was revoked or lost
+	held bool   // waiting for its bq-delay; not handed to the runtime yet
+	back bool   // handed back (Release); waiting in the backlog
 }
+
+// token is a delivery's handle: the slot as it was handed out. A slot
+// handed out again makes the earlier tokens superseded.
+type token struct {
+	s   *slot
+	gen uint32
+}
+
+func (t *token) superseded() bool { return t.s.gone || t.s.back || t.s.gen != t.gen }
+
+// Ordering says which records of a partition a Receiver hands to the
+// runtime one at a time.
+type Ordering int
+
+const (
+	// OrderByKey (the default) runs records of different keys of one
+	// partition concurrently, each key strictly in offset order; records
+	// without a key keep partition order among themselves. Offsets are
+	// committed only below the lowest record not yet settled, so nothing is
+	// committed early (the model of Confluent's Parallel Consumer).
+	OrderByKey Ordering = iota
+	// OrderByPartition runs the records of one partition one at a time.
+	OrderByPartition
+)
 
 // ReceiverOption configures a Receiver.
 type ReceiverOption func(*receiverConfig)
@@ -102,6 +132,7 @@ type receiverConfig struct {
 	tiers          int
 	maxHeld        int
 	createTopics   bool
+	ordering       Ordering
 	partitions     int32
 	replication    int16
 	logger         *slog.Logger
@@ -137,6 +168,10 @@ func WithRevokeTimeout(d time.Duration) ReceiverOption {
 // WithRetryTierTopics also consumes the n delay-tier topics of every topic
 // ("<topic>.retry.1" … "<topic>.retry.<n>", see WithRetryTiers).
 func WithRetryTierTopics(n int) ReceiverOption { return func(c *receiverConfig) { c.tiers = n } }
+
+// WithOrdering chooses what runs concurrently within a partition (default
+// OrderByKey).
+func WithOrdering(o Ordering) ReceiverOption { return func(c *receiverConfig) { c.ordering = o } }
 
 // WithMaxHeld bounds how many delayed records of one partition are held in
 // memory at once (default 1000); past it, fetching of the partition pauses
@@ -276,12 +311,14 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	fetches.EachRecord(func(rec *kgo.Record) {
 		tp := topicPartition{rec.Topic, rec.Partition}
 		st := r.state(tp)
-		if len(st.backlog) > 0 {
-			st.backlog = append(st.backlog, rec) // after what was handed back
-			return
-		}
 		s := &slot{rec: rec, part: st}
 		st.insert(s)
+		if k := r.laneKey(s); len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[k] > 0) {
+			s.back = true // behind what its lane handed back
+			st.backlog = append(st.backlog, s)
+			st.backKeys[k]++
+			return
+		}
 		if due, ok := heldUntil(rec); ok && due.After(now) {
 			r.holdLocked(s, due.Sub(now))
 			if st.held >= r.cfg.maxHeld && !st.paused {
@@ -352,9 +389,17 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 	var resume []topicPartition
 	for tp, st := range r.parts {
 		for max > 0 && len(st.backlog) > 0 && !now.Before(st.backlogAt) {
-			s := &slot{rec: st.backlog[0], part: st}
+			s := st.backlog[0]
 			st.backlog = st.backlog[1:]
-			st.insert(s)
+			st.backKeys[r.laneKey(s)]--
+			s.back = false
+			if s.gone || s.done {
+				continue
+			}
+			if due, ok := heldUntil(s.rec); ok && due.After(now) {
+				r.holdLocked(s, due.Sub(now)) // a delayed record keeps its delay
+				continue
+			}
 			out = append(out, r.delivery(s))
 			max--
 		}
@@ -420,7 +465,7 @@ func (st *partState) insert(s *slot) {
 func (r *Receiver) state(tp topicPartition) *partState {
 	st := r.parts[tp]
 	if st == nil {
-		st = &partState{tp: tp, key: tp.topic + "/" + strconv.Itoa(int(tp.partition)), commitAt: -1}
+		st = &partState{tp: tp, key: tp.topic + "/" + strconv.Itoa(int(tp.partition)), commitAt: -1, backKeys: map[string]int{}}
 		r.parts[tp] = st
 	}
 	return st
@@ -442,8 +487,23 @@ func heldUntil(rec *kgo.Record) (time.Time, bool) {
 	return rec.Timestamp.Add(time.Duration(ms+1) * time.Millisecond), true
 }
 
+// laneKey is the ordering key of s within its partition: its record key
+// under OrderByKey, "" (the whole partition) otherwise and for unkeyed
+// records.
+func (r *Receiver) laneKey(s *slot) string {
+	if r.cfg.ordering == OrderByKey {
+		return string(s.rec.Key)
+	}
+	return ""
+}
+
 func (r *Receiver) delivery(s *slot) *driver.Delivery {
 	rec := s.rec
+	s.gen++
+	ordering := s.part.key
+	if k := r.laneKey(s); k != "" {
+		ordering += "|" + k
+	}
 	headers := make(map[string]string, len(rec.Headers))
 	for _, h := range rec.Headers {
 		headers[h.Key] = string(h.Value)
@@ -460,19 +520,19 @@ func (r *Receiver) delivery(s *slot) *driver.Delivery {
 		Headers:     headers,
 		Native:      NativeAttempts(att, hasAtt),
 		Gate:        Gate(sv, hasSV),
-		OrderingKey: s.part.key,
-		Token:       s,
+		OrderingKey: ordering,
+		Token:       &token{s: s, gen: s.gen},
 		Position:    s.part.key + "@" + strconv.FormatInt(rec.Offset, 10),
 		AsFunc:      recordAs(rec),
 	}
 }
 
-func slotOf(d *driver.Delivery) (*slot, error) {
-	s, ok := d.Token.(*slot)
+func tokenOf(d *driver.Delivery) (*token, error) {
+	t, ok := d.Token.(*token)
 	if !ok {
 		return nil, fmt.Errorf("babelqueue/kafka: foreign delivery token %T", d.Token)
 	}
-	return s, nil
+	return t, nil
 }
 
 // Superseded implements driver.Superseder: a delivery handed back by a
@@ -480,26 +540,27 @@ func slotOf(d *driver.Delivery) (*slot, error) {
 // is delivered again (by this Receiver or the partition's new owner) and
 // must not be handled now.
 func (r *Receiver) Superseded(d *driver.Delivery) bool {
-	s, err := slotOf(d)
+	t, err := tokenOf(d)
 	if err != nil {
 		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return s.gone
+	return t.superseded()
 }
 
 // Ack implements driver.Receiver: the record's offset becomes committable
 // once every earlier record of its partition is settled too. Acks of
 // superseded deliveries are ignored: those records are delivered again.
 func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
-	s, err := slotOf(d)
+	t, err := tokenOf(d)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s.gone || s.done {
+	s := t.s
+	if t.superseded() || s.done {
 		return nil
 	}
 	s.done = true
@@ -515,33 +576,33 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 }
 
 // Release implements driver.Receiver: the record, and every later record of
-// its partition that was received and not settled (held delayed records
-// aside), are delivered again in order after delay. Until then fetching of
-// the partition is paused and nothing past the record is committed.
+// its lane (its key under OrderByKey, its partition under OrderByPartition)
+// that was received and is neither settled nor held for a delay, are
+// delivered again in order after delay; the deliveries already handed out
+// for them are superseded. Until then fetching of the partition is paused
+// and nothing from the record on is committed.
 func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Duration) error {
-	s, err := slotOf(d)
+	t, err := tokenOf(d)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
-	if s.gone || s.done {
+	s := t.s
+	if t.superseded() || s.done {
 		r.mu.Unlock()
 		return nil
 	}
 	st := s.part
-	i := slices.Index(st.inflight, s)
-	var back []*kgo.Record
-	kept := st.inflight[:i:i]
-	for _, x := range st.inflight[i:] {
-		if x.held || x.done {
-			kept = append(kept, x)
+	lane := r.laneKey(s)
+	for _, x := range st.inflight[slices.Index(st.inflight, s):] {
+		if x.held || x.done || x.back || r.laneKey(x) != lane {
 			continue
 		}
-		x.gone = true
-		back = append(back, x.rec)
+		x.back = true
+		st.backlog = append(st.backlog, x)
+		st.backKeys[lane]++
 	}
-	st.inflight = kept
-	st.backlog = append(back, st.backlog...)
+	slices.SortFunc(st.backlog, func(a, b *slot) int { return cmp.Compare(a.rec.Offset, b.rec.Offset) })
 	if at := time.Now().Add(delay); at.After(st.backlogAt) {
 		st.backlogAt = at
 	}
@@ -709,7 +770,7 @@ func (r *Receiver) busyLocked(parts map[string][]int32) bool {
 				continue
 			}
 			for _, s := range st.inflight {
-				if !s.done && !s.gone && !s.held {
+				if !s.done && !s.gone && !s.held && !s.back {
 					return true
 				}
 			}

@@ -191,8 +191,8 @@ func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - headerRoom }
 func (s *Sender) Record(m *driver.Message) *kgo.Record {
 	key := s.keyFunc(m)
 	if m.Origin != nil && key == nil {
-		if sl, ok := m.Origin.Token.(*slot); ok {
-			key = sl.rec.Key
+		if t, ok := m.Origin.Token.(*token); ok {
+			key = t.s.rec.Key
 		}
 	}
 	r := Project(m, m.Queue, key)
