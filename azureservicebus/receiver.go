@@ -452,3 +452,14 @@ func (r *Receiver) Close(ctx context.Context) error {
 	<-r.done
 	return r.rcv.Close(ctx)
 }
+
+// Prepare implements driver.Preparer: it peeks at the entity (locking
+// nothing), so that a wrong endpoint, bad credentials or a missing queue
+// fail Run at once with the client's error, which names the host and the
+// entity.
+func (r *Receiver) Prepare(ctx context.Context, _ driver.Plan) error {
+	if _, err := r.rcv.PeekMessages(ctx, 1, nil); err != nil {
+		return fmt.Errorf("babelqueue/azureservicebus: cannot read %s: %w", r.queue, err)
+	}
+	return nil
+}

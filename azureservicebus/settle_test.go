@@ -3,7 +3,9 @@ package azureservicebus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,4 +286,40 @@ func TestAs(t *testing.T) {
 		t.Error("As took a wrong type")
 	}
 	_ = r.Ack(context.Background(), ds[0])
+}
+
+// A consumer pointed at a server that is not there fails Run at start with
+// an error naming the entity (azservicebus retries the dial quietly and
+// reports the deadline), instead of retrying receives forever.
+func TestUnreachableFailsRunAtStart(t *testing.T) {
+	needServer(t)
+	port, err := drivertest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fmt.Sprintf("Endpoint=sb://127.0.0.1:%d;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true", port)
+	client, err := azservicebus.NewClientFromConnectionString(cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(context.Background())
+	r, err := NewReceiver(client, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	c := queue.NewConsumer(r, NewSender(client), queue.WithStartupTimeout(3*time.Second))
+	c.Handle(testURN, func(context.Context, *queue.Message) error { return nil })
+	start := time.Now()
+	err = c.Run(context.Background())
+	if err == nil {
+		t.Fatal("Run on an unreachable server returned nil")
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Errorf("Run failed after %v; the startup timeout is 3s", d)
+	}
+	if !strings.Contains(err.Error(), "startup check") || !strings.Contains(err.Error(), "cannot read orders") {
+		t.Errorf("Run error %q does not name the startup check and the entity", err)
+	}
+	t.Logf("Run: %v", err)
 }

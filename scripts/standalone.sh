@@ -7,13 +7,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly"
 status=0
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 for m in "$@"; do
 	start=$(date +%s)
-	if (cd "$m" && go vet ./... && go test -short -count=1 ./... >"/tmp/standalone-$m.log" 2>&1); then
+	log="$logs/${m//\//-}.log"
+	if (cd "$m" && go vet ./... && go test -short -count=1 ./... >"$log" 2>&1); then
 		echo "standalone $m: ok ($(grep '^go ' "$m/go.mod"), $(( $(date +%s) - start ))s)"
 	else
 		echo "standalone $m: FAILED" >&2
-		tail -n 40 "/tmp/standalone-$m.log" >&2
+		tail -n 40 "$log" >&2
 		status=1
 	fi
 done

@@ -20,7 +20,8 @@ and only what the transport uses:
 - lock expiry after --lock-duration: the message comes back with the delivery
   count raised, and a later settlement or renewal of the old lock fails with
   com.microsoft:message-lock-lost (status 410 on $management);
-- $management: com.microsoft:renew-lock;
+- $management: com.microsoft:renew-lock, and com.microsoft:peek-message
+  answered with "no messages" (204);
 - scheduled messages (x-opt-scheduled-enqueue-time);
 - topics: a subscription "<topic>/Subscriptions/<name>" exists from the first
   link attached to it, and a message sent to a topic with subscriptions is
@@ -514,6 +515,10 @@ class Server(MessagingHandler):
                 return
             lock.locked_until = now_ms() + self.lock_ms
             self.reply(msg, 200, "OK", {"expiration": timestamp(lock.locked_until)})
+        elif op == "com.microsoft:peek-message":
+            # The entity exists (queues are created on first use): answer
+            # "no messages", which is all the startup check needs.
+            self.reply(msg, 204, "No messages")
         else:
             self.reply(msg, 501, "operation %r is not implemented by this test server" % op)
 
