@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,32 +170,16 @@ func TestFaultsServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := t.TempDir()
-	cmd, cs, err := launchTestServer(port, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := connString
-	connString = cs
-	t.Cleanup(func() {
-		connString = saved
-		if cmd != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
+	data, saved := t.TempDir(), connString
+	t.Cleanup(func() { connString = saved })
+	server := drivertest.StartRestartable(t, func() (*exec.Cmd, error) {
+		cmd, cs, err := launchTestServer(port, data)
+		connString = cs
+		return cmd, err
 	})
 	h := faultHarness(t)
 	h.Scenarios = []string{"broker-killed"}
-	h.KillBroker = func(t *testing.T) {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		cmd = nil
-	}
-	h.StartBroker = func(t *testing.T) {
-		if cmd, _, err = launchTestServer(port, data); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.KillBroker, h.StartBroker = server.Hooks()
 	drivertest.RunFaults(t, h)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -122,32 +123,16 @@ func TestFaultsServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := t.TempDir()
-	cmd, url, err := launchFauxqs(port, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := endpoint
-	endpoint = url
-	t.Cleanup(func() {
-		endpoint = saved
-		if cmd != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
+	data, saved := t.TempDir(), endpoint
+	t.Cleanup(func() { endpoint = saved })
+	server := drivertest.StartRestartable(t, func() (*exec.Cmd, error) {
+		cmd, url, err := launchFauxqs(port, data)
+		endpoint = url
+		return cmd, err
 	})
 	h := faultHarness(t)
 	h.Scenarios = []string{"broker-killed"}
-	h.KillBroker = func(t *testing.T) {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		cmd = nil
-	}
-	h.StartBroker = func(t *testing.T) {
-		if cmd, _, err = launchFauxqs(port, data); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h.KillBroker, h.StartBroker = server.Hooks()
 	drivertest.RunFaults(t, h)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -69,4 +70,53 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Restartable is a local server process that a fault scenario can kill
+// (SIGKILL) and start again on its data, on the same port.
+type Restartable struct {
+	launch func() (*exec.Cmd, error)
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+}
+
+// StartRestartable starts a server with launch (which waits until it
+// serves) and kills it when the test ends.
+func StartRestartable(t testing.TB, launch func() (*exec.Cmd, error)) *Restartable {
+	t.Helper()
+	r := &Restartable{launch: launch}
+	cmd, err := launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd = cmd
+	t.Cleanup(func() { r.Kill(t) })
+	return r
+}
+
+// Kill kills the server with SIGKILL, as a crash would.
+func (r *Restartable) Kill(testing.TB) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+// Start starts the server again.
+func (r *Restartable) Start(t testing.TB) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cmd, err := r.launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd = cmd
+}
+
+// Hooks returns Kill and Start in the form FaultHarness takes.
+func (r *Restartable) Hooks() (kill, start func(*testing.T)) {
+	return func(t *testing.T) { r.Kill(t) }, func(t *testing.T) { r.Start(t) }
 }
