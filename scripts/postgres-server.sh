@@ -10,8 +10,10 @@
 #   scripts/postgres-server.sh env      print BQ_POSTGRES_PORT=...
 #
 # The port is BQ_POSTGRES_PORT (default 15432); the superuser is postgres with
-# trust authentication on loopback, database postgres; files live under
-# $BQ_CACHE_DIR/postgres (default .cache/postgres).
+# trust authentication on loopback, database postgres. The log lives under
+# $BQ_CACHE_DIR/postgres (default .cache/postgres); the data directory is a
+# fresh one under /tmp (recorded there), which the user nobody can reach
+# wherever the checkout is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -23,6 +25,7 @@ dir=$cache/postgres
 port=${BQ_POSTGRES_PORT:-15432}
 bin=""
 log=$dir/postgres.log
+state=$dir/datadir # the path of the data directory of the running server
 
 find_bin() {
 	bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
@@ -45,25 +48,35 @@ ready() { as_owner "$bin/pg_isready" -q -h 127.0.0.1 -p "$port"; }
 
 start() {
 	install
-	if [ -f "$dir/data/postmaster.pid" ] && ready; then
+	if [ -f "$state" ] && [ -f "$(cat "$state")/data/postmaster.pid" ] && ready; then
 		echo "postgres-server.sh: already running on 127.0.0.1:$port" >&2
 		return
 	fi
-	rm -rf "$dir"
-	mkdir -p "$dir/data" "$dir/sock"
-	if [ "$(id -u)" = 0 ]; then chown -R nobody:nogroup "$dir"; fi
-	as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust >"$dir/initdb.log" 2>&1
-	as_owner "$bin/pg_ctl" -D "$dir/data" -l "$log" -w -t 60 \
-		-o "-p $port -k $dir/sock -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
-	head -n 1 "$dir/data/postmaster.pid" >"$dir/postgres.pid"
+	stop
+	mkdir -p "$dir"
+	local data
+	data=$(mktemp -d /tmp/bq-postgres.XXXXXX)
+	echo "$data" >"$state"
+	mkdir -p "$data/data" "$data/sock"
+	touch "$log"
+	if [ "$(id -u)" = 0 ]; then chown -R nobody:nogroup "$data" "$log"; fi
+	as_owner "$bin/initdb" -D "$data/data" -U postgres --auth=trust >"$dir/initdb.log" 2>&1
+	as_owner "$bin/pg_ctl" -D "$data/data" -l "$log" -w -t 60 \
+		-o "-p $port -k $data/sock -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+	head -n 1 "$data/data/postmaster.pid" >"$dir/postgres.pid"
 	wait_ready "$dir/postgres.pid" "$log" 30 ready
 	echo "postgres-server.sh: ready on 127.0.0.1:$port (user postgres, database postgres)" >&2
 }
 
 stop() {
 	find_bin
-	if [ -n "$bin" ] && [ -f "$dir/data/postmaster.pid" ]; then
-		as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+	if [ -f "$state" ]; then
+		local data
+		data=$(cat "$state")
+		if [ -n "$bin" ] && [ -f "$data/data/postmaster.pid" ]; then
+			as_owner "$bin/pg_ctl" -D "$data/data" -m fast -w stop >/dev/null 2>&1 || true
+		fi
+		case "$data" in /tmp/bq-postgres.*) rm -rf "$data" ;; esac
 	fi
 	rm -rf "$dir"
 }
