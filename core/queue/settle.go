@@ -161,7 +161,7 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 	msg := &driver.Message{Envelope: cp, Body: body, Queue: d.Queue, Headers: ExtraHeaders(d.Headers), Delay: delay, Origin: d}
 	switch err := c.send(msg); {
 	case err == nil:
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, driver.ErrTooLarge):
 		// A retry copy that cannot be published never will be: dead-letter
 		// it (through the size fallbacks) instead of looping.
 		c.logger.Warn("babelqueue: retry copy exceeds the broker's size limit; dead-lettering",
@@ -276,7 +276,7 @@ func (c *Consumer) publishFirstFitting(candidates []func() (*driver.Message, err
 					slog.String("dlq", msg.Queue), slog.Int("stand_in", i), slog.String("position", m.Delivery.Position))
 			}
 			return msg, true
-		case errors.Is(err, errTooLarge) && i < len(candidates)-1:
+		case errors.Is(err, driver.ErrTooLarge) && i < len(candidates)-1:
 			continue
 		default:
 			c.copyFailed("dead-letter-publish", m, releaseDelay, err)
@@ -286,16 +286,13 @@ func (c *Consumer) publishFirstFitting(candidates []func() (*driver.Message, err
 	return nil, false
 }
 
-// errTooLarge is what send returns for a copy the broker cannot take.
-var errTooLarge = driver.ErrTooLarge
-
-// send publishes one copy. It returns nil, an error wrapping errTooLarge
+// send publishes one copy. It returns nil, an error wrapping driver.ErrTooLarge
 // when the copy is over the sender's size limit (checked before sending
 // where the sender knows it, or reported by the broker), or the failure.
 func (c *Consumer) send(msg *driver.Message) error {
 	if lim, ok := c.snd.(driver.SizeLimiter); ok {
 		if max := lim.MaxMessageBytes(msg.Queue); max > 0 && len(msg.Body) > max {
-			return fmt.Errorf("%w: %d bytes to %s, limit %d", errTooLarge, len(msg.Body), msg.Queue, max)
+			return fmt.Errorf("%w: %d bytes to %s, limit %d", driver.ErrTooLarge, len(msg.Body), msg.Queue, max)
 		}
 	}
 	ctx, cancel := c.settleCtx()
