@@ -82,6 +82,7 @@ type partState struct {
 	backlogAt   time.Time      // not before
 	held        int            // slots waiting for their bq-delay
 	paused      bool
+	hwm         int64 // high watermark as of the last fetch (-1: none yet)
 }
 
 // slot is one received record of a partition. It stays in the
@@ -308,6 +309,11 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	var pause []topicPartition
 	r.mu.Lock()
 	r.pollCancel = nil
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.HighWatermark >= 0 && len(p.Records) > 0 {
+			r.state(topicPartition{p.Topic, p.Partition}).hwm = p.HighWatermark
+		}
+	})
 	fetches.EachRecord(func(rec *kgo.Record) {
 		tp := topicPartition{rec.Topic, rec.Partition}
 		st := r.state(tp)
@@ -465,7 +471,7 @@ func (st *partState) insert(s *slot) {
 func (r *Receiver) state(tp topicPartition) *partState {
 	st := r.parts[tp]
 	if st == nil {
-		st = &partState{tp: tp, key: tp.topic + "/" + strconv.Itoa(int(tp.partition)), commitAt: -1, backKeys: map[string]int{}}
+		st = &partState{tp: tp, key: tp.topic + "/" + strconv.Itoa(int(tp.partition)), commitAt: -1, hwm: -1, backKeys: map[string]int{}}
 		r.parts[tp] = st
 	}
 	return st
@@ -533,6 +539,32 @@ func tokenOf(d *driver.Delivery) (*token, error) {
 		return nil, fmt.Errorf("babelqueue/kafka: foreign delivery token %T", d.Token)
 	}
 	return t, nil
+}
+
+// Lag implements driver.Lagger: per topic, the sum over the partitions
+// this member holds of the high watermark of the last fetch less the next
+// offset to commit (the consumer group's lag as of that fetch).
+func (r *Receiver) Lag() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out map[string]int64
+	for tp, st := range r.parts {
+		if st.hwm < 0 {
+			continue
+		}
+		first := st.commitAt
+		if first < 0 && len(st.inflight) > 0 {
+			first = st.inflight[0].rec.Offset
+		}
+		if first < 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[tp.topic] += max(st.hwm-first, 0)
+	}
+	return out
 }
 
 // Superseded implements driver.Superseder: a delivery handed back by a

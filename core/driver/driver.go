@@ -237,3 +237,12 @@ func SendResult(errs []error) error {
 	}
 	return nil
 }
+
+// Lagger is implemented by receivers that know how far their consumer is
+// behind the broker (Kafka: the high watermark of each assigned partition
+// less its committed offset, as of the last fetch).
+type Lagger interface {
+	// Lag returns, per consumed queue, how many messages are not yet
+	// committed; nil when nothing is known yet.
+	Lag() map[string]int64
+}

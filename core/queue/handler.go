@@ -17,7 +17,11 @@ type Message struct {
 	// Queue is the queue or topic the message was consumed from.
 	Queue string
 	// Headers are the native headers, including extra transport headers
-	// such as traceparent.
+	// such as traceparent. Retry and dead-letter copies carry its extra
+	// (non-"bq-") headers as the handler chain leaves them: a middleware may
+	// replace the map to change what the copies carry (the OpenTelemetry
+	// middleware points their traceparent at its consumer span). Replace it,
+	// never write into it: it is the delivery's own.
 	Headers map[string]string
 	// Delivery is the driver's delivery, for drivers' own middleware.
 	Delivery *driver.Delivery

@@ -110,6 +110,15 @@ func (h *health) settleFailed(now time.Time) {
 	h.recent = append(h.recent, now)
 }
 
+// Lag reports, per consumed queue, how many messages the consumer is
+// behind, where the driver knows it (driver.Lagger: Kafka); nil otherwise.
+func (c *Consumer) Lag() map[string]int64 {
+	if l, ok := c.rcv.(driver.Lagger); ok {
+		return l.Lag()
+	}
+	return nil
+}
+
 // Health returns the consumer's state for probes.
 func (c *Consumer) Health() Health {
 	h := &c.health

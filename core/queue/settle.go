@@ -158,7 +158,7 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 		c.release(d, delay, m)
 		return
 	}
-	msg := &driver.Message{Envelope: cp, Body: body, Queue: d.Queue, Headers: ExtraHeaders(d.Headers), Delay: delay, Origin: d}
+	msg := &driver.Message{Envelope: cp, Body: body, Queue: d.Queue, Headers: ExtraHeaders(m.Headers), Delay: delay, Origin: d}
 	switch err := c.send(msg); {
 	case err == nil:
 	case errors.Is(err, driver.ErrTooLarge):
@@ -187,7 +187,7 @@ func (c *Consumer) toDeadLetter(m *Message, reason core.Reason, herr error, atte
 		return
 	}
 	dlq := c.dlqName(d.Queue)
-	headers := ExtraHeaders(d.Headers)
+	headers := ExtraHeaders(m.Headers)
 	candidates := []func() (*driver.Message, error){
 		// The annotated copy: the envelope with its dead_letter block.
 		func() (*driver.Message, error) {

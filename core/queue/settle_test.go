@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -261,5 +262,52 @@ func TestPublishDataShapes(t *testing.T) {
 	env, err = p.Publish(context.Background(), "q", urn, []byte(`{ "n" : 12345678901234567890 }`))
 	if err != nil || string(env.Data()) != `{"n":12345678901234567890}` {
 		t.Errorf("raw data = %s, %v", env.Data(), err)
+	}
+}
+
+// Retry and dead-letter copies carry the headers the handler chain leaves
+// on the Message: a middleware that replaces m.Headers changes what they
+// carry, and the delivery's own map is untouched.
+func TestCopiesCarryTheMiddlewareHeaders(t *testing.T) {
+	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
+	env, err := core.New(urn, nil, core.WithQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.NewPublisher(b.Sender()).PublishEnvelope(context.Background(), env, queue.WithHeader("traceparent", "original")); err != nil {
+		t.Fatal(err)
+	}
+	var originals atomic.Int32
+	mark := func(next queue.HandlerFunc) queue.HandlerFunc {
+		return func(ctx context.Context, m *queue.Message) error {
+			if m.Delivery.Headers["traceparent"] == "original" {
+				originals.Add(1)
+			}
+			err := next(ctx, m)
+			h := map[string]string{"traceparent": "attempt-" + strconv.Itoa(m.Envelope.Attempts)}
+			for k, v := range m.Headers {
+				if k != "traceparent" {
+					h[k] = v
+				}
+			}
+			m.Headers = h
+			return err
+		}
+	}
+	c := queue.NewConsumer(b.Receiver("q"), b.Sender(), queue.WithRetryMode(queue.RetryRepublish), queue.WithMaxAttempts(2),
+		queue.WithBackoff(queue.Constant(time.Millisecond)), queue.WithDeadLetter(""), queue.WithMiddleware(mark))
+	c.Handle(urn, func(context.Context, *queue.Message) error { return errBoom })
+	if err := run(t, c, func() bool { return b.Len("q.dlq") == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receiver("q.dlq").Receive(context.Background(), 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v, %d", err, len(ds))
+	}
+	if got := ds[0].Headers["traceparent"]; got != "attempt-1" {
+		t.Errorf("dead-letter copy traceparent %q, want the one the middleware set on the last attempt", got)
+	}
+	if originals.Load() != 1 {
+		t.Errorf("%d deliveries saw the original header, want 1 (the first)", originals.Load())
 	}
 }
