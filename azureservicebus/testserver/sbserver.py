@@ -21,7 +21,7 @@ and only what the transport uses:
   count raised, and a later settlement or renewal of the old lock fails with
   com.microsoft:message-lock-lost (status 410 on $management);
 - $management: com.microsoft:renew-lock, and com.microsoft:peek-message
-  answered with "no messages" (204);
+  (browse from a sequence number, without locking);
 - scheduled messages (x-opt-scheduled-enqueue-time);
 - topics: a subscription "<topic>/Subscriptions/<name>" exists from the first
   link attached to it, and a message sent to a topic with subscriptions is
@@ -516,9 +516,28 @@ class Server(MessagingHandler):
             lock.locked_until = now_ms() + self.lock_ms
             self.reply(msg, 200, "OK", {"expiration": timestamp(lock.locked_until)})
         elif op == "com.microsoft:peek-message":
-            # The entity exists (queues are created on first use): answer
-            # "no messages", which is all the startup check needs.
-            self.reply(msg, 204, "No messages")
+            # Browse without locking: the messages from from-sequence-number
+            # on, in sequence order (queues are created on first use, so the
+            # entity always exists).
+            queue = address[:-len("/$management")]
+            body = msg.body or {}
+            start = int(body.get("from-sequence-number", 0) or 0)
+            count = int(body.get("message-count", 1) or 1)
+            entries = sorted((e for e in self.queues.get(queue, []) if e.seq >= start), key=lambda e: e.seq)[:count]
+            if not entries:
+                self.reply(msg, 204, "No messages")
+                return
+            out = []
+            for e in entries:
+                m = Message()
+                m.decode(e.msg.encode())
+                ann = dict(m.annotations or {})
+                ann[symbol("x-opt-sequence-number")] = e.seq
+                ann[symbol("x-opt-enqueued-time")] = timestamp(e.enqueued)
+                m.annotations = ann
+                m.delivery_count = e.failed_deliveries
+                out.append({"message": m.encode()})
+            self.reply(msg, 200, "OK", {"messages": out})
         else:
             self.reply(msg, 501, "operation %r is not implemented by this test server" % op)
 
