@@ -26,7 +26,7 @@
 #                      restarted mid-consume), printed as one table
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka sqs pulsar azureservicebus otel idempotency/redis idempotency/postgres outbox/postgres examples tools
+MODULES     := core conformance kafka sqs pulsar azureservicebus otel cmd/bq idempotency/redis idempotency/postgres outbox/postgres examples tools
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools

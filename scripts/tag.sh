@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=github.com/babelqueue/transports
-order=(conformance core kafka sqs pulsar azureservicebus otel idempotency/redis idempotency/postgres outbox/postgres)
+order=(conformance core kafka sqs pulsar azureservicebus otel cmd/bq idempotency/redis idempotency/postgres outbox/postgres)
 
 die() { echo "tag: $*" >&2; exit 1; }
 

@@ -46,7 +46,7 @@ import (
 const prefix = "github.com/babelqueue/transports/"
 
 // order is the release order: a module after the ones it requires.
-var order = []string{"conformance", "core", "kafka", "sqs", "pulsar", "azureservicebus", "otel", "idempotency/redis", "idempotency/postgres", "outbox/postgres"}
+var order = []string{"conformance", "core", "kafka", "sqs", "pulsar", "azureservicebus", "otel", "cmd/bq", "idempotency/redis", "idempotency/postgres", "outbox/postgres"}
 
 // brokers are the modules a service imports; each gets a consumer program.
 var brokers = map[string]string{
