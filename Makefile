@@ -12,7 +12,8 @@
 #                      against CONFORMANCE_DIR too when it is set
 #   make bench         benchmarks of every module, summarised by benchstat
 #   make lint          gofmt, go vet and staticcheck
-#   make fuzz          the decoder fuzz target for FUZZTIME (default 1m)
+#   make fuzz          the decoder fuzz targets for FUZZTIME each (default 1m):
+#                      round trips, and Decode against encoding/json
 #   make tidy          go mod tidy in every module, each on its own
 #   make release-check build each module's zip as the module proxy serves it
 #                      into a file GOPROXY, build a scratch service against
@@ -67,6 +68,7 @@ lint: $(STATICCHECK)
 
 fuzz:
 	cd core && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+	cd core && $(GO) test -run '^$$' -fuzz '^FuzzDecodeOracle$$' -fuzztime $(FUZZTIME) .
 
 # Micro-benchmarks run for BENCHTIME; the Kafka end-to-end benchmarks, which
 # publish b.N messages ahead, run a fixed count (BENCH_E2E and friends).

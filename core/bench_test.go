@@ -1,7 +1,11 @@
 package core_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/babelqueue/transports/conformance"
@@ -25,15 +29,81 @@ func fixture(b *testing.B, name string) []byte {
 	return out
 }
 
+// stdlibDecode is what a Go user does without this package: the envelope
+// into a map, numbers kept exact.
+func stdlibDecode(body []byte) (map[string]any, error) {
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	err := d.Decode(&m)
+	return m, err
+}
+
+// BenchmarkDecode compares Decode with the standard library's decode of the
+// same body into a map (run both: -bench Decode; benchstat the pair).
 func BenchmarkDecode(b *testing.B) {
-	body := []byte(canonical)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := core.Decode(body); err != nil {
-			b.Fatal(err)
+	for _, name := range []string{"canonical", "fixtures/unknown-both-levels.json"} {
+		body := []byte(canonical)
+		if name != "canonical" {
+			body = fixture(b, name)
 		}
+		b.Run("body="+strings.TrimSuffix(strings.TrimPrefix(name, "fixtures/"), ".json")+"/babelqueue", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := core.Decode(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("body="+strings.TrimSuffix(strings.TrimPrefix(name, "fixtures/"), ".json")+"/stdlib", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := stdlibDecode(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
+}
+
+// BenchmarkRetryHop is the retry path, decode → attempts+1 → encode, with
+// unknown keys at both levels carried along, against the standard library
+// doing the same through a map (json.Number, attempts+1, json.Marshal).
+func BenchmarkRetryHop(b *testing.B) {
+	body := fixture(b, "fixtures/unknown-both-levels.json")
+	b.Run("impl=babelqueue", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			e, err := core.Decode(body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.WithAttempts(e.Attempts + 1).Encode(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=stdlib", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			m, err := stdlibDecode(body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := m["attempts"].(json.Number).Int64()
+			if err != nil {
+				b.Fatal(err)
+			}
+			m["attempts"] = json.Number(strconv.FormatInt(n+1, 10))
+			if _, err := json.Marshal(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkEncode(b *testing.B) {

@@ -147,18 +147,24 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 		if val[0] != '"' {
 			return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
 		}
-		*out, _ = unquote(val)
+		*out, _ = ownedString(val)
 		return nil
 	}
 	var stack [inlineExtras]member
 	extras := stack[:0]
-	for it := newMembers(b); ; {
-		key, val, ok := it.next()
-		if !ok {
-			break
-		}
+	var spanBuf [inlineSpans]span
+	spans := objectSpans(b, 0, spanBuf[:0])
+	for i, sp := range spans {
+		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
 		var err error
-		switch string(plainKey(key)) {
+		name := plainKey(key)
+		switch string(name) {
+		case "reason", "error", "exception", "original_queue", "lang", "failed_at", "attempts":
+			if supersededAt(b, spans, i) {
+				continue
+			}
+		}
+		switch string(name) {
 		case "reason":
 			var s string
 			err = str("/dead_letter/reason", val, &s)

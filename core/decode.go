@@ -54,15 +54,30 @@ func SlogWarnFunc(l *slog.Logger) WarnFunc {
 // ErrBlankTraceID or ErrFieldType. The input is copied; the caller may reuse it.
 func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 	var cfg decodeConfig
-	for _, o := range opts {
-		o(&cfg)
+	if len(opts) > 0 {
+		cfg = decodeOptions(opts)
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(body))
-	if err := json.Compact(&buf, body); err != nil {
+	// The decoder's own copy of the body: the envelope's raw slices and
+	// strings point into it, and nothing writes to it again.
+	b := append(make([]byte, 0, len(body)), body...)
+	var spanBuf, metaBuf [inlineSpans]span
+	sc := scanner{b: b}
+	spans, metaSpans, metaAt, err := scanBody(&sc, spanBuf[:0], metaBuf[:0])
+	if err != nil {
 		return nil, decodeErr(ErrMalformed, "", "%v", err)
 	}
-	b := buf.Bytes()
+	if sc.spaced {
+		// Whitespace between tokens (hand-written or pretty-printed JSON):
+		// compact it, so what is re-encoded is compact, and scan again.
+		var buf bytes.Buffer
+		buf.Grow(len(b))
+		_ = json.Compact(&buf, b) // valid: the scan passed
+		b = buf.Bytes()
+		sc = scanner{b: b}
+		if spans, metaSpans, metaAt, err = scanBody(&sc, spanBuf[:0], metaBuf[:0]); err != nil {
+			return nil, decodeErr(ErrMalformed, "", "%v", err)
+		}
+	}
 	if len(b) == 0 || b[0] != '{' {
 		return nil, decodeErr(ErrMalformed, "", "envelope is %s, not an object", jsonKind(b))
 	}
@@ -72,20 +87,25 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 		haveJob, haveURN, haveMeta, haveData bool
 		aliasURN, aliasRaw                   []byte
 		stack                                [inlineExtras]member
+		metaStack                            [inlineExtras]member
 	)
-	extras := stack[:0]
-	for it := newMembers(b); ; {
-		key, val, ok := it.next()
-		if !ok {
-			break
+	extras, metaExtras := stack[:0], metaStack[:0]
+	for k, sp := range spans {
+		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
+		name := plainKey(key)
+		switch string(name) {
+		case "job", "urn", "trace_id", "data", "meta", "attempts", "dead_letter":
+			if supersededAt(b, spans, k) {
+				continue
+			}
 		}
-		switch string(plainKey(key)) {
+		switch string(name) {
 		case "job":
 			if val[0] != '"' {
 				return nil, decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
 			}
 			haveJob = true
-			e.URN, _ = unquote(val)
+			e.URN, _ = ownedString(val)
 		case "urn":
 			haveURN = true
 			aliasURN, aliasRaw = val, key
@@ -93,7 +113,7 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 			if val[0] != '"' {
 				return nil, decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
 			}
-			e.TraceID, _ = unquote(val)
+			e.TraceID, _ = ownedString(val)
 		case "data":
 			if val[0] != '{' {
 				return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(val))
@@ -108,7 +128,12 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 			// A duplicated "meta" keeps the last object, as every other
 			// SDK's JSON parser does: never a merge of the two.
 			e.Meta = Meta{}
-			if err := decodeMeta(&e.Meta, val, &cfg); err != nil {
+			ms := metaSpans
+			if sp.vs != metaAt { // an earlier "meta", or one with an escaped key
+				var other [inlineSpans]span
+				ms = objectSpans(b, sp.vs, other[:0])
+			}
+			if metaExtras, err = decodeMeta(&e.Meta, b, ms, &cfg, metaStack[:0]); err != nil {
 				return nil, err
 			}
 		case "attempts":
@@ -144,9 +169,9 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 		if aliasURN[0] != '"' {
 			return nil, decodeErr(ErrNoURN, "/urn", "got %s", jsonKind(aliasURN))
 		}
-		e.URN, _ = unquote(aliasURN)
+		e.URN, _ = ownedString(aliasURN)
 	}
-	e.extra = keep(extras)
+	e.extra, e.Meta.extra = keepBoth(extras, metaExtras)
 	if strings.TrimSpace(e.URN) == "" {
 		return nil, decodeErr(ErrNoURN, "/job", "")
 	}
@@ -165,6 +190,16 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 	return e, nil
 }
 
+// decodeOptions applies opts apart from Decode, so that Decode's own
+// configuration stays on its stack.
+func decodeOptions(opts []DecodeOption) decodeConfig {
+	var c decodeConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
 func (c *decodeConfig) report(pointer string, val []byte) {
 	if c.quiet {
 		return
@@ -177,9 +212,9 @@ func (c *decodeConfig) report(pointer string, val []byte) {
 	SlogWarnFunc(slog.Default())(w)
 }
 
-func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
-	var stack [inlineExtras]member
-	extras := stack[:0]
+// decodeMeta reads the meta object b into m and returns its unknown members,
+// gathered in extras (Decode keeps them with its own in one allocation).
+func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []member) ([]member, error) {
 	str := func(ptr string, val []byte, out *string) error {
 		if val[0] != '"' {
 			if string(val) == "null" {
@@ -187,16 +222,20 @@ func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
 			}
 			return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
 		}
-		*out, _ = unquote(val)
+		*out, _ = ownedString(val)
 		return nil
 	}
-	for it := newMembers(b); ; {
-		key, val, ok := it.next()
-		if !ok {
-			break
-		}
+	for i, sp := range spans {
+		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
 		var err error
-		switch k := plainKey(key); string(k) {
+		k := plainKey(key)
+		switch string(k) {
+		case "id", "queue", "lang", "schema_version", "created_at":
+			if supersededAt(b, spans, i) {
+				continue
+			}
+		}
+		switch string(k) {
 		case "id":
 			err = str("/meta/id", val, &m.ID)
 		case "queue":
@@ -205,13 +244,13 @@ func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
 			err = str("/meta/lang", val, &m.Lang)
 		case "schema_version":
 			if string(val) != "1" {
-				return decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
+				return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
 			}
 			m.SchemaVersion = SchemaVersion
 		case "created_at":
 			n, ok := parseUint(val)
 			if !ok {
-				return decodeErr(ErrFieldType, "/meta/created_at", "want epoch milliseconds, got %s", val)
+				return nil, decodeErr(ErrFieldType, "/meta/created_at", "want epoch milliseconds, got %s", val)
 			}
 			m.CreatedAt = n
 		case "max_retries", "attempts", "source", "ts":
@@ -220,11 +259,10 @@ func decodeMeta(m *Meta, b []byte, cfg *decodeConfig) error {
 			extras = append(extras, member{key, val})
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	m.extra = keep(extras)
-	return nil
+	return extras, nil
 }
 
 // isBlank reports whether s is empty or only whitespace.

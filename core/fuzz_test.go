@@ -14,7 +14,8 @@ import (
 // re-encodes to valid JSON that decodes again to the same encoding, and that
 // attempts+1 changes nothing but attempts. It is seeded with every fixture of
 // the embedded suite.
-func FuzzDecode(f *testing.F) {
+// addSeeds seeds f with every conformance fixture and the canonical body.
+func addSeeds(f *testing.F) {
 	s, err := conformance.Embedded()
 	if err != nil {
 		f.Fatal(err)
@@ -27,6 +28,10 @@ func FuzzDecode(f *testing.F) {
 		return nil
 	})
 	f.Add([]byte(canonical))
+}
+
+func FuzzDecode(f *testing.F) {
+	addSeeds(f)
 	quiet := core.WithWarnFunc(func(core.Warning) {})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e, err := core.Decode(body, quiet)

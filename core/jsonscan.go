@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+	"unsafe"
 )
 
-// The helpers below walk JSON that json.Compact has already validated and
-// compacted, so they never see insignificant whitespace and never need to
+// The helpers below walk JSON that the scanner has already validated and
+// that has no whitespace between tokens, so they never see insignificant whitespace and never need to
 // report syntax errors: each returns the end offset of the value starting at i.
 
 // skipValue returns the index just past the JSON value starting at b[i].
@@ -61,36 +62,81 @@ func skipString(b []byte, i int) int {
 	return i
 }
 
-// members iterates over the members of a compact, valid JSON object. It is
-// a plain iterator rather than a callback so that callers can collect into
-// stack buffers without them escaping.
-type members struct {
-	b []byte
-	i int
+// objectSpans appends where the members of the compact, valid object at
+// b[start] are to spans.
+func objectSpans(b []byte, start int, spans []span) []span {
+	i := start + 1
+	for i < len(b) && b[i] != '}' {
+		ke := skipString(b, i)
+		ve := skipValue(b, ke+1)
+		spans = append(spans, span{i, ke, ke + 1, ve})
+		i = ve
+		if i < len(b) && b[i] == ',' {
+			i++
+		}
+	}
+	return spans
 }
 
-func newMembers(obj []byte) members { return members{b: obj, i: 1} }
-
-// next returns the raw quoted key and the raw value of the next member.
-func (m *members) next() (key, val []byte, ok bool) {
-	b := m.b
-	if m.i >= len(b) || b[m.i] == '}' {
-		return nil, nil, false
+// supersededAt reports whether a member after spans[k] has the same key:
+// of a duplicated contract key only the last counts (it alone is checked
+// and kept), as with encoding/json and every peer's parser.
+func supersededAt(b []byte, spans []span, k int) bool {
+	key := plainKey(b[spans[k].ks:spans[k].ke])
+	for _, sp := range spans[k+1:] {
+		if string(plainKey(b[sp.ks:sp.ke])) == string(key) {
+			return true
+		}
 	}
-	ke := skipString(b, m.i)
-	key = b[m.i:ke]
-	vs := ke + 1 // past ':'
-	ve := skipValue(b, vs)
-	m.i = ve
-	if m.i < len(b) && b[m.i] == ',' {
-		m.i++
-	}
-	return key, b[vs:ve], true
+	return false
 }
 
 // inlineExtras is how many unknown members are gathered on the stack before
 // the one exact-size copy Decode keeps.
 const inlineExtras = 16
+
+// keepBoth returns heap copies of the top-level and meta members gathered,
+// in one allocation.
+func keepBoth(top, meta []member) (topOut, metaOut []member) {
+	if len(top)+len(meta) == 0 {
+		return nil, nil
+	}
+	all := make([]member, 0, len(top)+len(meta))
+	all = append(all, top...)
+	all = append(all, meta...)
+	topOut, metaOut = all[:len(top):len(top)], all[len(top):]
+	if len(topOut) == 0 {
+		topOut = nil
+	}
+	if len(metaOut) == 0 {
+		metaOut = nil
+	}
+	return topOut, metaOut
+}
+
+// ownedString is unquote for a string inside the decoder's own copy of the
+// body, which is never written again: a string without escapes is that
+// copy's bytes, shared, with no allocation.
+func ownedString(s []byte) (string, bool) {
+	if len(s) < 2 || s[0] != '"' {
+		return "", false
+	}
+	inner := s[1 : len(s)-1]
+	ascii := true
+	for _, c := range inner {
+		if c == '\\' {
+			return unquote(s)
+		}
+		ascii = ascii && c < utf8.RuneSelf
+	}
+	if !ascii && !utf8.Valid(inner) {
+		return unquote(s) // invalid UTF-8 becomes U+FFFD, as encoding/json does
+	}
+	if len(inner) == 0 {
+		return "", true
+	}
+	return unsafe.String(&inner[0], len(inner)), true
+}
 
 // keep returns a heap copy of the gathered members, nil for none: one
 // allocation however many unknown keys a message carries.
@@ -214,6 +260,19 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight plain ASCII bytes at a time: nothing to escape, no UTF-8 to
+		// check.
+		for i+8 <= len(s) {
+			w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+				uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+			if w&msb|hasZero(w^quotes)|hasZero(w^backslashes)|hasLess(w, 0x20) != 0 {
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

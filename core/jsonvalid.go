@@ -1,0 +1,379 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// maxDepth is encoding/json's nesting limit, kept so that both accept and
+// reject the same bodies.
+const maxDepth = 10000
+
+// span is one member of the top-level object, as offsets into the body.
+type span struct{ ks, ke, vs, ve int }
+
+// inlineSpans is how many top-level members are recorded on the stack.
+const inlineSpans = 32
+
+// scanner validates JSON in one pass, by recursive descent, with the
+// grammar and nesting limit of encoding/json (strings are not checked for
+// valid UTF-8, as encoding/json does not). While it validates the top-level
+// object it records where each member's key and value are, so Decode never
+// walks the body twice. spaced reports whether the body had any whitespace
+// outside strings: only then does Decode compact it.
+type scanner struct {
+	b      []byte
+	spaced bool
+	depth  int
+}
+
+var errSyntax = errors.New("invalid JSON")
+
+func (s *scanner) fail(i int, what string) error {
+	if i >= len(s.b) {
+		return fmt.Errorf("%w: unexpected end of input (%s)", errSyntax, what)
+	}
+	return fmt.Errorf("%w: invalid character %q at offset %d (%s)", errSyntax, s.b[i], i, what)
+}
+
+func (s *scanner) ws(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\n', '\r':
+			s.spaced = true
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// scanBody validates the whole body and, when it is an object, appends
+// where each of its members is to spans. (The spans are a parameter and a
+// result, never a field, so that a caller's stack array stays on the stack.)
+//
+// It records the members of the last "meta" object member too, in meta;
+// metaAt is where that object starts (-1: none recorded).
+func scanBody(s *scanner, spans, meta []span) (top, metaOut []span, metaAt int, err error) {
+	i := s.ws(0)
+	end := 0
+	metaAt = -1
+	if i < len(s.b) && s.b[i] == '{' {
+		end, spans, meta, metaAt, err = topObject(s, i, spans, meta)
+	} else {
+		end, err = s.value(i)
+	}
+	if err != nil {
+		return spans, meta, metaAt, err
+	}
+	if end = s.ws(end); end != len(s.b) {
+		return spans, meta, metaAt, s.fail(end, "after the top-level value")
+	}
+	return spans, meta, metaAt, nil
+}
+
+// topObject is object for the top-level object, recording its members, and
+// those of its "meta" object.
+func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []span, metaAt int, err error) {
+	metaAt = -1
+	s.depth++
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		s.depth--
+		return i + 1, spans, meta, metaAt, nil
+	}
+	for {
+		var ks, ke, vs, ve int
+		if string(s.b[i:min(i+6, len(s.b))]) == `"meta"` {
+			ks, ke = i, i+6
+			j := s.ws(ke)
+			if j >= len(s.b) || s.b[j] != ':' {
+				return j, spans, meta, metaAt, s.fail(j, "after object key")
+			}
+			vs = s.ws(j + 1)
+			if vs < len(s.b) && s.b[vs] == '{' {
+				s.depth++
+				ve, meta, err = recordObject(s, vs, meta[:0])
+				s.depth--
+				metaAt = vs
+			} else {
+				ve, err = s.value(vs)
+			}
+		} else {
+			ks, ke, vs, ve, err = s.member(i)
+		}
+		if err != nil {
+			return ve, spans, meta, metaAt, err
+		}
+		spans = append(spans, span{ks, ke, vs, ve})
+		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil || i < 0 {
+			s.depth--
+			return -i, spans, meta, metaAt, err
+		}
+	}
+}
+
+// recordObject validates the object at i (depth already counted) and
+// appends where its members are to spans.
+func recordObject(s *scanner, i int, spans []span) (int, []span, error) {
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return i + 1, spans, nil
+	}
+	for {
+		ks, ke, vs, ve, err := s.member(i)
+		if err != nil {
+			return ve, spans, err
+		}
+		spans = append(spans, span{ks, ke, vs, ve})
+		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil {
+			return i, spans, err
+		}
+		if i < 0 {
+			return -i, spans, nil
+		}
+	}
+}
+
+// member validates the key:value pair at i.
+func (s *scanner) member(i int) (ks, ke, vs, ve int, err error) {
+	if i >= len(s.b) || s.b[i] != '"' {
+		return 0, 0, 0, i, s.fail(i, "looking for beginning of object key string")
+	}
+	ks = i
+	if ke, err = s.str(i); err != nil {
+		return 0, 0, 0, ke, err
+	}
+	i = s.ws(ke)
+	if i >= len(s.b) || s.b[i] != ':' {
+		return 0, 0, 0, i, s.fail(i, "after object key")
+	}
+	vs = s.ws(i + 1)
+	ve, err = s.value(vs)
+	return ks, ke, vs, ve, err
+}
+
+// next reads what follows an element at i: ',' (it returns the offset of
+// the next element) or closer (it returns minus the offset just past it).
+func (s *scanner) next(i int, closer byte, what string) (int, error) {
+	i = s.ws(i)
+	if i >= len(s.b) {
+		return i, s.fail(i, what)
+	}
+	switch s.b[i] {
+	case ',':
+		return s.ws(i + 1), nil
+	case closer:
+		return -(i + 1), nil
+	}
+	return i, s.fail(i, what)
+}
+
+// value validates the value at i and returns the offset just past it.
+func (s *scanner) value(i int) (int, error) {
+	if i >= len(s.b) {
+		return i, s.fail(i, "looking for a value")
+	}
+	switch c := s.b[i]; {
+	case c == '"':
+		return s.str(i)
+	case c == '{':
+		return s.object(i)
+	case c == '[':
+		return s.array(i)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number(i)
+	case c == 't':
+		return s.literal(i, "true")
+	case c == 'f':
+		return s.literal(i, "false")
+	case c == 'n':
+		return s.literal(i, "null")
+	}
+	return i, s.fail(i, "looking for a value")
+}
+
+func (s *scanner) literal(i int, lit string) (int, error) {
+	if len(s.b)-i >= len(lit) && string(s.b[i:i+len(lit)]) == lit {
+		return i + len(lit), nil
+	}
+	for j := 0; j < len(lit); j++ {
+		if i+j >= len(s.b) || s.b[i+j] != lit[j] {
+			return i + j, s.fail(i+j, "in literal "+lit)
+		}
+	}
+	return i + len(lit), nil
+}
+
+// strSafe marks the bytes a string holds as they are: not '"', not '\\',
+// not a control character.
+var strSafe = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func (s *scanner) str(i int) (int, error) {
+	b := s.b
+	i++
+	for i < len(b) {
+		// Eight bytes at a time while none needs a look: no '"', '\\' or
+		// control byte (a false alarm only falls through to the byte loop).
+		for i+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[i:])
+			if hasZero(w^quotes)|hasZero(w^backslashes)|hasLess(w, 0x20) != 0 {
+				break
+			}
+			i += 8
+		}
+		for i < len(b) && strSafe[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, nil
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i + 1, s.fail(i+1, "in string escape")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				for j := 2; j < 6; j++ {
+					if i+j >= len(b) || !isHex(b[i+j]) {
+						return i + j, s.fail(i+j, `in \u hexadecimal character escape`)
+					}
+				}
+				i += 6
+			default:
+				return i + 1, s.fail(i+1, "in string escape code")
+			}
+		case c < 0x20:
+			return i, s.fail(i, "in string literal")
+		default:
+			i++
+		}
+	}
+	return i, s.fail(i, "in string literal")
+}
+
+const (
+	lsb         = 0x0101010101010101
+	msb         = 0x8080808080808080
+	quotes      = lsb * '"'
+	backslashes = lsb * '\\'
+)
+
+// hasZero is non-zero when a byte of x is zero (bit hacks: no false
+// negatives; a false positive only above a zero byte).
+func hasZero(x uint64) uint64 { return (x - lsb) &^ x & msb }
+
+// hasLess is non-zero when a byte of x is below n (n ≤ 128).
+func hasLess(x, n uint64) uint64 { return (x - lsb*n) &^ x & msb }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func (s *scanner) number(i int) (int, error) {
+	b := s.b
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return i, s.fail(i, "in numeric literal")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return i, s.fail(i, "after decimal point in numeric literal")
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return i, s.fail(i, "in exponent of numeric literal")
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	return i, nil
+}
+
+func (s *scanner) push(i int) error {
+	s.depth++
+	if s.depth > maxDepth {
+		return fmt.Errorf("%w: exceeded max depth at offset %d", errSyntax, i)
+	}
+	return nil
+}
+
+func (s *scanner) object(i int) (int, error) {
+	if err := s.push(i); err != nil {
+		return i, err
+	}
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		s.depth--
+		return i + 1, nil
+	}
+	for {
+		_, _, _, ve, err := s.member(i)
+		if err != nil {
+			return ve, err
+		}
+		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil {
+			return i, err
+		}
+		if i < 0 {
+			s.depth--
+			return -i, nil
+		}
+	}
+}
+
+func (s *scanner) array(i int) (int, error) {
+	if err := s.push(i); err != nil {
+		return i, err
+	}
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == ']' {
+		s.depth--
+		return i + 1, nil
+	}
+	for {
+		ve, err := s.value(i)
+		if err != nil {
+			return ve, err
+		}
+		if i, err = s.next(ve, ']', "after array element"); err != nil {
+			return i, err
+		}
+		if i < 0 {
+			s.depth--
+			return -i, nil
+		}
+	}
+}
