@@ -311,3 +311,31 @@ func TestCopiesCarryTheMiddlewareHeaders(t *testing.T) {
 		t.Errorf("%d deliveries saw the original header, want 1 (the first)", originals.Load())
 	}
 }
+
+// Publisher.Redrive sends a dead-lettered envelope back to its original
+// queue, dead_letter removed and attempts 0, with the options given.
+func TestPublisherRedrive(t *testing.T) {
+	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
+	env, err := core.New(urn, map[string]any{"order": 7}, core.WithQueue("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := env.WithAttempts(3).DeadLettered(core.NewDeadLetter(core.ReasonFailed, errBoom, "orders", 3, time.Now()))
+	if err := queue.NewPublisher(b.Sender()).Redrive(context.Background(), dead, queue.AsReplay()); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receiver("orders").Receive(context.Background(), 10)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v, %d messages", err, len(ds))
+	}
+	back, err := core.Decode(ds[0].Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.DeadLetter != nil || back.Attempts != 0 || back.Meta.ID != env.Meta.ID || string(back.Data()) != string(env.Data()) {
+		t.Errorf("redriven: dead_letter %v, attempts %d, id %s (want %s), data %s", back.DeadLetter, back.Attempts, back.Meta.ID, env.Meta.ID, back.Data())
+	}
+	if ds[0].Headers[queue.HeaderReplay] != "1" {
+		t.Error("the AsReplay option was not applied")
+	}
+}
