@@ -90,14 +90,26 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 		metaStack                            [inlineExtras]member
 	)
 	extras, metaExtras := stack[:0], metaStack[:0]
+	// Of a duplicated contract key only the last counts (it alone is
+	// checked and kept), as with encoding/json and every peer's parser:
+	// one backward pass finds the earlier ones.
+	var seenKeys, skip uint64
+	for k := len(spans) - 1; k >= 0; k-- {
+		if bit := topKeyBit(plainKey(b[spans[k].ks:spans[k].ke])); bit != 0 {
+			if seenKeys&bit != 0 && k < 64 {
+				skip |= 1 << k
+			}
+			seenKeys |= bit
+		}
+	}
 	for k, sp := range spans {
+		if k < 64 && skip&(1<<k) != 0 {
+			continue
+		}
 		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
 		name := plainKey(key)
-		switch string(name) {
-		case "job", "urn", "trace_id", "data", "meta", "attempts", "dead_letter":
-			if supersededAt(b, spans, k) {
-				continue
-			}
+		if k >= 64 && topKeyBit(name) != 0 && supersededAt(b, spans, k) {
+			continue
 		}
 		switch string(name) {
 		case "job":
@@ -188,6 +200,27 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 		return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "missing")
 	}
 	return e, nil
+}
+
+// topKeyBit numbers the contract's top-level keys (0: any other key).
+func topKeyBit(k []byte) uint64 {
+	switch string(k) {
+	case "job":
+		return 1
+	case "urn":
+		return 2
+	case "trace_id":
+		return 4
+	case "data":
+		return 8
+	case "meta":
+		return 16
+	case "attempts":
+		return 32
+	case "dead_letter":
+		return 64
+	}
+	return 0
 }
 
 // decodeOptions applies opts apart from Decode, so that Decode's own
