@@ -126,23 +126,6 @@ func BenchmarkAccepts(b *testing.B) {
 	}
 }
 
-// BenchmarkRetryReencode is the retry path: decode, attempts+1, encode, with
-// unknown keys at both levels carried along.
-func BenchmarkRetryReencode(b *testing.B) {
-	body := fixture(b, "fixtures/unknown-both-levels.json")
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		e, err := core.Decode(body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := e.WithAttempts(e.Attempts + 1).Encode(); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkRetryReencodeCanonical is the same for the canonical order-created body.
 func BenchmarkRetryReencodeCanonical(b *testing.B) {
 	body := []byte(canonical)
