@@ -160,13 +160,27 @@ func marshalData(v any) ([]byte, error) {
 		if err := enc.Encode(v); err != nil {
 			return nil, fmt.Errorf("babelqueue: encoding data: %w", err)
 		}
-		raw = buf.Bytes()
+		// encoding/json writes valid, compact JSON and a newline: the
+		// buffer is ours, so it is the data as it is.
+		return dataObject(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	}
-	var out bytes.Buffer
-	if err := json.Compact(&out, raw); err != nil {
+	// Raw JSON from the caller: checked in one scan, and copied (compacted
+	// only when it has whitespace between tokens).
+	sc := scanner{b: raw}
+	if err := scanValid(&sc); err != nil {
 		return nil, decodeErr(ErrDataNotObject, "/data", "not valid JSON: %v", err)
 	}
-	b := out.Bytes()
+	if sc.spaced {
+		var out bytes.Buffer
+		_ = json.Compact(&out, raw) // valid: the scan passed
+		return dataObject(out.Bytes())
+	}
+	return dataObject(append([]byte(nil), raw...))
+}
+
+// dataObject returns b, compact valid JSON, as the data object: null is
+// {}, anything but an object is refused.
+func dataObject(b []byte) ([]byte, error) {
 	if string(b) == "null" {
 		return []byte("{}"), nil
 	}

@@ -74,6 +74,18 @@ func scanBody(s *scanner, spans, meta []span) (top, metaOut []span, metaAt int, 
 	return spans, meta, metaAt, nil
 }
 
+// scanValid validates the whole body without recording anything.
+func scanValid(s *scanner) error {
+	end, err := s.value(s.ws(0))
+	if err != nil {
+		return err
+	}
+	if end = s.ws(end); end != len(s.b) {
+		return s.fail(end, "after the top-level value")
+	}
+	return nil
+}
+
 // topObject is object for the top-level object, recording its members, and
 // those of its "meta" object.
 func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []span, metaAt int, err error) {
