@@ -57,6 +57,22 @@ func Decode(body []byte, opts ...DecodeOption) (*Envelope, error) {
 	if len(opts) > 0 {
 		cfg = decodeOptions(opts)
 	}
+	return decode(body, &cfg)
+}
+
+// Decoder decodes envelopes with options applied once, for a hot path that
+// decodes many bodies the same way (a consumer): Decode(body, opts...)
+// applies its options on every call. A Decoder is safe for concurrent use.
+type Decoder struct{ cfg decodeConfig }
+
+// NewDecoder returns a Decoder with opts.
+func NewDecoder(opts ...DecodeOption) *Decoder { return &Decoder{cfg: decodeOptions(opts)} }
+
+// Decode is Decode(body, opts...) with the Decoder's options.
+func (d *Decoder) Decode(body []byte) (*Envelope, error) { return decode(body, &d.cfg) }
+
+func decode(body []byte, cfgp *decodeConfig) (*Envelope, error) {
+	cfg := *cfgp
 	// The decoder's own copy of the body: the envelope's raw slices and
 	// strings point into it, and nothing writes to it again.
 	b := append(make([]byte, 0, len(body)), body...)

@@ -262,3 +262,26 @@ func ExampleDecode() {
 	// urn:babel:orders:created
 	// {"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":123456789012345678901},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":1}
 }
+
+// A Decoder applies its options once and decodes like Decode with them.
+func TestDecoder(t *testing.T) {
+	var warned []string
+	d := core.NewDecoder(core.WithWarnFunc(func(w core.Warning) { warned = append(warned, w.Pointer) }))
+	body := []byte(`{"job":"u","trace_id":"t","data":{},"meta":{"id":"i","queue":"q","lang":"go","schema_version":1,"created_at":1,"ts":5},"attempts":2,"timestamp":9}`)
+	e, err := d.Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := core.Decode(body, core.Quiet())
+	a, _ := e.Encode()
+	b, _ := want.Encode()
+	if string(a) != string(b) || e.Attempts != 2 {
+		t.Errorf("Decoder.Decode %s, Decode %s", a, b)
+	}
+	if strings.Join(warned, ",") != "/meta/ts,/timestamp" {
+		t.Errorf("warnings %v", warned)
+	}
+	if _, err := d.Decode([]byte(`{"job":`)); !errors.Is(err, core.ErrMalformed) {
+		t.Errorf("malformed: %v", err)
+	}
+}

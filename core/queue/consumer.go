@@ -88,8 +88,9 @@ type Consumer struct {
 	stuckAfter     time.Duration
 	health         health
 
-	decodeOpts []core.DecodeOption
-	running    atomic.Bool
+	decoder *core.Decoder
+	settles settleContexts
+	running atomic.Bool
 }
 
 // ConsumerOption configures a Consumer.
@@ -177,7 +178,8 @@ func WithShutdownTimeout(d time.Duration) ConsumerOption {
 }
 
 // WithSettleTimeout bounds each settlement call, which is not tied to Run's
-// context so that shutdown can still settle (default 30s).
+// context so that shutdown can still settle (default 30s). Settlements share
+// a deadline renewed at half the timeout, so each gets at least half of d.
 func WithSettleTimeout(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.settleTimeout = d }
 }
@@ -242,7 +244,7 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 	if c.onError == nil {
 		c.onError = func(err error) { c.logger.Error("babelqueue consumer", slog.Any("error", err)) }
 	}
-	c.decodeOpts = []core.DecodeOption{core.WithLogger(c.logger)}
+	c.decoder = core.NewDecoder(core.WithLogger(c.logger))
 	return c
 }
 

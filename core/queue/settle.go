@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/babelqueue/transports/core"
@@ -52,8 +53,32 @@ func (c *Consumer) giveBack(d *driver.Delivery, m *Message) bool {
 	return true
 }
 
+// settleCtx bounds one settlement (ack, release, copy publish). Settlements
+// share a context, renewed when less than half the timeout is
+// left, so that each gets between half the settle timeout and all of it
+// without a context and a timer per message.
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.settleTimeout)
+	s := &c.settles
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx == nil || s.deadline.Sub(now) < c.settleTimeout/2 {
+		// The context it replaces expires on its own: settlements may
+		// still be using it.
+		s.deadline = now.Add(c.settleTimeout)
+		s.ctx, s.cancel = context.WithDeadline(context.Background(), s.deadline)
+	}
+	return s.ctx, noCancel
+}
+
+func noCancel() {}
+
+// settleContexts is the shared context of settleCtx.
+type settleContexts struct {
+	mu       sync.Mutex
+	ctx      context.Context
+	cancel   context.CancelFunc // unused: it expires on its own
+	deadline time.Time
 }
 
 // nextAttempt is attempts + 1, saturating at the largest int.
@@ -71,7 +96,7 @@ func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc,
 		c.poison(d, d.Gate)
 		return
 	}
-	env, err := core.Decode(d.Body, c.decodeOpts...)
+	env, err := c.decoder.Decode(d.Body)
 	if err != nil {
 		c.poison(d, err)
 		return

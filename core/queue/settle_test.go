@@ -339,3 +339,41 @@ func TestPublisherRedrive(t *testing.T) {
 		t.Error("the AsReplay option was not applied")
 	}
 }
+
+// hangingAcks is a receiver whose Ack blocks until its context ends.
+type hangingAcks struct {
+	driver.Receiver
+	waited chan time.Duration
+}
+
+func (h *hangingAcks) Ack(ctx context.Context, _ *driver.Delivery) error {
+	start := time.Now()
+	<-ctx.Done()
+	h.waited <- time.Since(start)
+	return ctx.Err()
+}
+
+// The settle timeout still bounds every settlement, though settlements
+// share a deadline: a hung ack is cut off after between half the timeout
+// and all of it, and reported.
+func TestSettleTimeoutBoundsAHungAck(t *testing.T) {
+	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
+	for range 3 {
+		if _, err := queue.NewPublisher(b.Sender()).Publish(context.Background(), "q", urn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rcv := &hangingAcks{Receiver: b.Receiver("q"), waited: make(chan time.Duration, 3)}
+	var reported atomic.Int32
+	c := queue.NewConsumer(rcv, b.Sender(), queue.WithSettleTimeout(400*time.Millisecond),
+		queue.WithErrorHandler(func(error) { reported.Add(1) }))
+	c.Handle(urn, func(context.Context, *queue.Message) error { return nil })
+	if err := run(t, c, func() bool { return reported.Load() == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if d := <-rcv.waited; d < 190*time.Millisecond || d > 2*time.Second {
+			t.Errorf("a hung ack was cut off after %v; want between 200ms and 400ms", d)
+		}
+	}
+}
