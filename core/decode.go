@@ -71,8 +71,7 @@ func NewDecoder(opts ...DecodeOption) *Decoder { return &Decoder{cfg: decodeOpti
 // Decode is Decode(body, opts...) with the Decoder's options.
 func (d *Decoder) Decode(body []byte) (*Envelope, error) { return decode(body, &d.cfg) }
 
-func decode(body []byte, cfgp *decodeConfig) (*Envelope, error) {
-	cfg := *cfgp
+func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	// The decoder's own copy of the body: the envelope's raw slices and
 	// strings point into it, and nothing writes to it again.
 	b := append(make([]byte, 0, len(body)), body...)
@@ -161,7 +160,7 @@ func decode(body []byte, cfgp *decodeConfig) (*Envelope, error) {
 				var other [inlineSpans]span
 				ms = objectSpans(b, sp.vs, other[:0])
 			}
-			if metaExtras, err = decodeMeta(&e.Meta, b, ms, &cfg, metaStack[:0]); err != nil {
+			if metaExtras, err = decodeMeta(&e.Meta, b, ms, cfg, metaStack[:0]); err != nil {
 				return nil, err
 			}
 		case "attempts":

@@ -97,24 +97,18 @@ func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []s
 		return i + 1, spans, meta, metaAt, nil
 	}
 	for {
-		var ks, ke, vs, ve int
-		if string(s.b[i:min(i+6, len(s.b))]) == `"meta"` {
-			ks, ke = i, i+6
-			j := s.ws(ke)
-			if j >= len(s.b) || s.b[j] != ':' {
-				return j, spans, meta, metaAt, s.fail(j, "after object key")
-			}
-			vs = s.ws(j + 1)
-			if vs < len(s.b) && s.b[vs] == '{' {
-				s.depth++
-				ve, meta, err = recordObject(s, vs, meta[:0])
-				s.depth--
-				metaAt = vs
-			} else {
-				ve, err = s.value(vs)
-			}
+		ks, ke, vs, err := s.key(i)
+		if err != nil {
+			return vs, spans, meta, metaAt, err
+		}
+		var ve int
+		if string(s.b[ks:ke]) == `"meta"` && vs < len(s.b) && s.b[vs] == '{' {
+			s.depth++
+			ve, meta, err = recordObject(s, vs, meta[:0])
+			s.depth--
+			metaAt = vs
 		} else {
-			ks, ke, vs, ve, err = s.member(i)
+			ve, err = s.value(vs)
 		}
 		if err != nil {
 			return ve, spans, meta, metaAt, err
@@ -149,20 +143,27 @@ func recordObject(s *scanner, i int, spans []span) (int, []span, error) {
 	}
 }
 
+// key validates the object key at i and its ':', and returns where the key
+// is and where its value starts.
+func (s *scanner) key(i int) (ks, ke, vs int, err error) {
+	if i >= len(s.b) || s.b[i] != '"' {
+		return 0, 0, i, s.fail(i, "looking for beginning of object key string")
+	}
+	if ke, err = s.str(i); err != nil {
+		return 0, 0, ke, err
+	}
+	j := s.ws(ke)
+	if j >= len(s.b) || s.b[j] != ':' {
+		return 0, 0, j, s.fail(j, "after object key")
+	}
+	return i, ke, s.ws(j + 1), nil
+}
+
 // member validates the key:value pair at i.
 func (s *scanner) member(i int) (ks, ke, vs, ve int, err error) {
-	if i >= len(s.b) || s.b[i] != '"' {
-		return 0, 0, 0, i, s.fail(i, "looking for beginning of object key string")
+	if ks, ke, vs, err = s.key(i); err != nil {
+		return 0, 0, 0, vs, err
 	}
-	ks = i
-	if ke, err = s.str(i); err != nil {
-		return 0, 0, 0, ke, err
-	}
-	i = s.ws(ke)
-	if i >= len(s.b) || s.b[i] != ':' {
-		return 0, 0, 0, i, s.fail(i, "after object key")
-	}
-	vs = s.ws(i + 1)
 	ve, err = s.value(vs)
 	return ks, ke, vs, ve, err
 }

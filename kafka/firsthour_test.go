@@ -1,12 +1,10 @@
 package kafka
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,19 +13,6 @@ import (
 	"github.com/babelqueue/transports/core/queue"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func deadAddress(t *testing.T) string {
 	t.Helper()
@@ -42,7 +27,7 @@ func deadAddress(t *testing.T) string {
 // with the address and the cause, and the producer warns in the log.
 func TestWrongAddressPublishNamesIt(t *testing.T) {
 	addr := deadAddress(t)
-	var log syncBuffer
+	var log drivertest.SyncBuffer
 	snd, err := NewSender([]string{addr}, WithSenderLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +87,7 @@ func TestStartLogAndUnknownURNWarning(t *testing.T) {
 	if _, err := queue.NewPublisher(snd).Publish(context.Background(), topic, "urn:babel:orders:craeted", nil); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log drivertest.SyncBuffer
 	r := newTestReceiver(t, "g-"+topic, []string{topic})
 	defer r.Close(context.Background())
 	c := queue.NewConsumer(r, snd, queue.WithMaxAttempts(1), queue.WithDeadLetter(""),

@@ -187,10 +187,10 @@ func (t *Telemetry) Middleware() queue.Middleware {
 			sctx, span := t.tracer.Start(parent, "process "+m.Queue, opts...)
 			defer span.End()
 
-			qattr := semconv.MessagingDestinationName(m.Queue)
-			t.inflight.Add(sctx, 1, metricAttrs(t.system, qattr))
+			where := metricAttrs(t.system, semconv.MessagingDestinationName(m.Queue))
+			t.inflight.Add(sctx, 1, where)
 			err := queue.Recover()(next)(sctx, m) // a panic is recorded as the error it becomes
-			t.inflight.Add(sctx, -1, metricAttrs(t.system, qattr))
+			t.inflight.Add(sctx, -1, where)
 			switch {
 			case err == nil:
 			case errors.Is(err, queue.ErrSkip):

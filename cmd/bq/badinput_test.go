@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
 )
 
 // oneLine checks that bad input gets exit status want and a single "bq:"
@@ -92,7 +91,7 @@ func TestInterruptedRedrive(t *testing.T) {
 	ep.close(context.Background())
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb lockedBuffer
+	var out, errb drivertest.SyncBuffer
 	go func() {
 		for !strings.Contains(out.String(), "redriven to") {
 			time.Sleep(time.Millisecond)
@@ -126,22 +125,4 @@ func TestInterruptedRedrive(t *testing.T) {
 	if left := count(t, dlqURL); left != 0 {
 		t.Errorf("%d left in the DLQ after the second run", left)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a reader beside the writer.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -50,6 +50,17 @@ func inspect(d *driver.Delivery) *item {
 	return it
 }
 
+// done names what a settling command did to a message.
+func done(command string) string {
+	switch command {
+	case "redrive":
+		return "redriven"
+	case "replay":
+		return "replayed"
+	}
+	return "deleted"
+}
+
 // summary is what a command did.
 type summary struct {
 	command     string
@@ -239,7 +250,6 @@ func act(ctx context.Context, ep *endpoint, t target, cmd command, w *writer, it
 		w.fail(sum, it.d.Position, err)
 		return false
 	}
-	verb := map[string]string{"redrive": "redriven", "replay": "replayed"}[cmd.name]
 	if cmd.dryRun {
 		w.action(it, "would send to", msg.Queue)
 		return false
@@ -256,7 +266,7 @@ func act(ctx context.Context, ep *endpoint, t target, cmd command, w *writer, it
 		return false
 	}
 	sum.done++
-	w.action(it, verb+" to", msg.Queue)
+	w.action(it, done(cmd.name)+" to", msg.Queue)
 	return true
 }
 
@@ -476,11 +486,10 @@ func (w *writer) summary(s summary, stderr io.Writer) {
 	msg := fmt.Sprintf("bq %s: %d received, %d matched", s.command, s.seen, s.matched)
 	switch s.command {
 	case "redrive", "replay", "purge":
-		verb := map[string]string{"redrive": "redriven", "replay": "replayed", "purge": "deleted"}[s.command]
 		if w.cmd.dryRun {
-			msg += fmt.Sprintf(", dry run: nothing %s", verb)
+			msg += fmt.Sprintf(", dry run: nothing %s", done(s.command))
 		} else {
-			msg += fmt.Sprintf(", %d %s", s.done, verb)
+			msg += fmt.Sprintf(", %d %s", s.done, done(s.command))
 		}
 	}
 	msg += fmt.Sprintf(", %d failed, in %s (%.0f msg/s)", s.failed, s.elapsed.Round(time.Millisecond), rate)

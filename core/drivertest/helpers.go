@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -119,4 +120,25 @@ func (r *Restartable) Start(t testing.TB) {
 // Hooks returns Kill and Start in the form FaultHarness takes.
 func (r *Restartable) Hooks() (kill, start func(*testing.T)) {
 	return func(t *testing.T) { r.Kill(t) }, func(t *testing.T) { r.Start(t) }
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads: a
+// logger's or a command's output that a test reads while it is written.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
