@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,7 +48,8 @@ func benchmarkDispatch(b *testing.B, concurrency int) {
 	e, _ := core.New("urn:babel:orders:created", map[string]any{"order_id": 1042}, core.WithQueue("orders"))
 	body, _ := e.Encode()
 	d := &benchDriver{body: body, want: int64(b.N), done: make(chan struct{})}
-	c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(64))
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(64),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
 	c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error { return nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

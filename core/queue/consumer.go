@@ -279,14 +279,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
-	d := &dispatcher{
-		c: c, ctx: ctx, hctx: hctx, handlers: handlers,
-		run:     make(chan struct{}, c.concurrency),
-		pending: make(chan struct{}, max(2*c.batch, 2*c.concurrency)),
-		lanes:   map[string]*lane{},
-	}
-	d.sup, _ = c.rcv.(driver.Superseder)
+	d := newDispatcher(c, ctx, hctx, handlers)
 	runErr := c.receiveLoop(ctx, d)
+	d.close()
 
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()

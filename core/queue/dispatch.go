@@ -11,92 +11,130 @@ import (
 	"github.com/babelqueue/transports/core/driver"
 )
 
-// dispatcher runs deliveries with bounded concurrency. Deliveries without an
-// ordering key run on their own goroutine; deliveries with one join the lane
-// of their key, a goroutine that handles them one at a time in receive
-// order. run bounds goroutines handling at once; pending bounds deliveries
-// received but not finished, which is what stops the receive loop.
+// dispatcher runs deliveries on a pool of at most concurrency workers, no
+// goroutine per message. A delivery without an ordering key goes to any free
+// worker; a delivery with one joins the lane of its key, whose deliveries
+// run one at a time in receive order, so a key never runs twice at once.
+// pending bounds deliveries received but not finished, which is what stops
+// the receive loop; work holds the deliveries (and lane heads) no worker has
+// taken yet and is never fuller than pending.
 type dispatcher struct {
 	c        *Consumer
 	ctx      context.Context // Run's: cancelled at shutdown
 	hctx     context.Context // handlers': cancelled after the shutdown timeout
 	handlers map[string]HandlerFunc
 	sup      driver.Superseder // nil when the receiver supersedes nothing
-	run      chan struct{}
 	pending  chan struct{}
+	work     chan *driver.Delivery
+	size     int // workers the pool may start
 	wg       sync.WaitGroup
 
-	mu    sync.Mutex
-	lanes map[string]*lane
+	mu      sync.Mutex
+	lanes   map[string]*lane
+	workers int  // started so far; they run until work is closed
+	closed  bool // work is closed
 }
 
 type lane struct{ queue []*driver.Delivery }
 
-// acquire takes a slot of sem unless ctx is done first.
-func acquire(ctx context.Context, sem chan struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
+func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]HandlerFunc) *dispatcher {
+	pending := max(2*c.batch, 2*c.concurrency)
+	d := &dispatcher{
+		c: c, ctx: ctx, hctx: hctx, handlers: handlers,
+		pending: make(chan struct{}, pending),
+		work:    make(chan *driver.Delivery, pending),
+		size:    c.concurrency,
+		lanes:   map[string]*lane{},
 	}
+	d.sup, _ = c.rcv.(driver.Superseder)
+	return d
 }
 
-// dispatch hands d over; it blocks while too much is pending or no handler
-// slot is free, and returns false if ctx ended first (d is not taken).
+// dispatch hands del over; it blocks while too much is pending, and returns
+// false if ctx ended first (del is not taken).
 func (d *dispatcher) dispatch(del *driver.Delivery) bool {
-	if !acquire(d.ctx, d.pending) {
+	select {
+	case d.pending <- struct{}{}:
+	case <-d.ctx.Done():
 		return false
 	}
+	d.mu.Lock()
 	if key := del.OrderingKey; key != "" {
-		d.mu.Lock()
 		if l, ok := d.lanes[key]; ok {
 			l.queue = append(l.queue, del)
 			d.mu.Unlock()
 			return true
 		}
 		d.lanes[key] = &lane{}
-		d.mu.Unlock()
-		if !acquire(d.ctx, d.run) {
-			d.mu.Lock()
-			delete(d.lanes, key)
-			d.mu.Unlock()
-			<-d.pending
-			return false
-		}
+	}
+	if d.workers < d.size {
+		d.workers++
 		d.wg.Add(1)
-		go d.runLane(key, del)
-		return true
+		go d.worker()
 	}
-	if !acquire(d.ctx, d.run) {
-		<-d.pending
-		return false
-	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		d.handle(del)
-		<-d.run
-	}()
+	d.mu.Unlock()
+	d.work <- del // never blocks: work has room for everything pending
 	return true
 }
 
-func (d *dispatcher) runLane(key string, del *driver.Delivery) {
-	defer d.wg.Done()
-	for del != nil {
-		d.handle(del)
-		d.mu.Lock()
-		l := d.lanes[key]
-		if len(l.queue) == 0 {
-			delete(d.lanes, key)
-			del = nil
-		} else {
-			del = l.queue[0]
-			l.queue = l.queue[1:]
-		}
-		d.mu.Unlock()
+// close ends the pool once the receive loop has stopped. The deliveries no
+// worker has started are given back here and now, before the shutdown
+// timeout starts to run, rather than one by one behind the handlers still
+// running; the workers finish what they hold and then stop.
+func (d *dispatcher) close() {
+	d.mu.Lock()
+	d.closed = true
+	close(d.work)
+	var unstarted []*driver.Delivery
+	for _, l := range d.lanes {
+		unstarted = append(unstarted, l.queue...)
+		clear(l.queue)
+		l.queue = l.queue[:0]
 	}
-	<-d.run
+	d.mu.Unlock()
+	for del := range d.work {
+		unstarted = append(unstarted, del)
+	}
+	for _, del := range unstarted {
+		d.handle(del) // ctx is done: gives it back
+	}
+}
+
+func (d *dispatcher) worker() {
+	defer d.wg.Done()
+	for del := range d.work {
+		for del != nil {
+			d.handle(del)
+			del = d.next(del.OrderingKey)
+		}
+	}
+}
+
+// next is what the worker that just handled a delivery of key runs next:
+// the lane's following delivery while nothing else waits, or nil. With
+// other work queued, the lane's next delivery goes to the back of the queue
+// instead, so lanes take turns in receive order (one handler runs the
+// partition in the order it came) and a busy key cannot starve the others.
+// The lane is removed once empty.
+func (d *dispatcher) next(key string) *driver.Delivery {
+	if key == "" {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := d.lanes[key]
+	if len(l.queue) == 0 {
+		delete(d.lanes, key)
+		return nil
+	}
+	del := l.queue[0]
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+	if d.closed || len(d.work) == 0 {
+		return del
+	}
+	d.work <- del // never blocks (del holds one of pending's slots), nor races close (d.mu)
+	return nil
 }
 
 // handle processes one delivery, or releases it when shutdown began before

@@ -1,0 +1,206 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+// scriptDriver hands out a fixed list of deliveries, then nothing.
+type scriptDriver struct {
+	mu    sync.Mutex
+	queue []*driver.Delivery
+}
+
+func (d *scriptDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	d.mu.Lock()
+	n := min(max, len(d.queue))
+	out := d.queue[:n:n]
+	d.queue = d.queue[n:]
+	d.mu.Unlock()
+	if n == 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return out, nil
+}
+
+func (d *scriptDriver) Ack(context.Context, *driver.Delivery) error { return nil }
+
+func (d *scriptDriver) Release(context.Context, *driver.Delivery, time.Duration) error { return nil }
+func (d *scriptDriver) Capabilities() driver.Capabilities                              { return driver.Capabilities{} }
+func (d *scriptDriver) Send(context.Context, []*driver.Message) error                  { return nil }
+
+// TestDispatchKeyedPool runs 8 keys of 50 messages each and 100 unkeyed ones
+// on 4 handlers: no key ever runs twice at once and each key's messages run
+// in receive order, no more than 4 handlers run at once and more than one
+// does, and the pool adds no goroutine per message.
+func TestDispatchKeyedPool(t *testing.T) {
+	const keys, perKey, unkeyed, concurrency = 8, 50, 100, 4
+	d := &scriptDriver{}
+	for i := range perKey {
+		for k := range keys {
+			e, _ := core.New("urn:babel:orders:created", map[string]any{"key": k, "seq": i}, core.WithQueue("orders"))
+			body, _ := e.Encode()
+			d.queue = append(d.queue, &driver.Delivery{Body: body, Queue: "orders",
+				OrderingKey: fmt.Sprintf("k%d", k), Native: core.NativeAttempts{Known: true}})
+		}
+		if i < unkeyed/2 {
+			for range 2 {
+				e, _ := core.New("urn:babel:orders:created", map[string]any{"key": -1, "seq": i}, core.WithQueue("orders"))
+				body, _ := e.Encode()
+				d.queue = append(d.queue, &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}})
+			}
+		}
+	}
+	total := len(d.queue)
+	base := runtime.NumGoroutine()
+
+	var (
+		mu       sync.Mutex
+		running  = map[int]bool{}
+		lastSeq  = map[int]int{}
+		inFlight int
+		peak     int
+		peakG    int
+		handled  int
+		problems []string
+	)
+	for k := range keys {
+		lastSeq[k] = -1
+	}
+	allDone := make(chan struct{})
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(16),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
+		var p struct{ Key, Seq int }
+		if err := m.Envelope.DecodeData(&p); err != nil {
+			return err
+		}
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		peakG = max(peakG, runtime.NumGoroutine())
+		if p.Key >= 0 {
+			if running[p.Key] {
+				problems = append(problems, fmt.Sprintf("key %d ran twice at once", p.Key))
+			}
+			running[p.Key] = true
+			if p.Seq != lastSeq[p.Key]+1 {
+				problems = append(problems, fmt.Sprintf("key %d: seq %d after %d", p.Key, p.Seq, lastSeq[p.Key]))
+			}
+			lastSeq[p.Key] = p.Seq
+		}
+		mu.Unlock()
+		time.Sleep(200 * time.Microsecond)
+		mu.Lock()
+		inFlight--
+		if p.Key >= 0 {
+			running[p.Key] = false
+		}
+		handled++
+		if handled == total {
+			close(allDone)
+		}
+		mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	select {
+	case <-allDone:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("handled %d of %d", handled, total)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if peak > concurrency || peak < 2 {
+		t.Errorf("peak handlers at once = %d, want 2..%d", peak, concurrency)
+	}
+	// The consumer's receive loop, the pool's workers and a few of the
+	// runtime's own: never anything like one per message.
+	if extra := peakG - base; extra > concurrency+8 {
+		t.Errorf("goroutines grew by %d while %d messages ran on %d handlers", extra, total, concurrency)
+	}
+}
+
+// returnDriver is a scriptDriver whose Return takes a while, as a broker
+// round trip does, and counts what comes back.
+type returnDriver struct {
+	scriptDriver
+	returned atomic.Int64
+	acked    atomic.Int64
+}
+
+func (d *returnDriver) Return(context.Context, *driver.Delivery) error {
+	time.Sleep(10 * time.Millisecond)
+	d.returned.Add(1)
+	return nil
+}
+
+func (d *returnDriver) Ack(context.Context, *driver.Delivery) error {
+	d.acked.Add(1)
+	return nil
+}
+
+// TestShutdownGivesBackUnstartedAtOnce: at shutdown the deliveries the pool
+// holds but has not started are all handed back, on keyed lanes and off
+// them, without waiting for a worker and within Run: a slow handler and a
+// short shutdown timeout lose none of them.
+func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
+	d := &returnDriver{}
+	for i := range 40 {
+		e, _ := core.New("urn:babel:orders:created", map[string]any{"i": i}, core.WithQueue("orders"))
+		body, _ := e.Encode()
+		del := &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}}
+		if i%2 == 0 {
+			del.OrderingKey = fmt.Sprintf("k%d", i%4)
+		}
+		d.queue = append(d.queue, del)
+	}
+	started := make(chan struct{}, 40)
+	var startedN atomic.Int64
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(20),
+		queue.WithShutdownTimeout(50*time.Millisecond), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, _ *queue.Message) error {
+		startedN.Add(1)
+		started <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	<-started
+	time.Sleep(20 * time.Millisecond) // let the receive loop fill the window
+	cancel()
+	<-errc
+	d.mu.Lock()
+	left := len(d.queue)
+	d.mu.Unlock()
+	handled, returned := int(startedN.Load()), int(d.returned.Load())
+	if got := handled + returned + left; got != 40 {
+		t.Fatalf("%d started + %d returned + %d never received = %d, want 40", handled, returned, left, got)
+	}
+	if returned == 0 {
+		t.Fatal("nothing was given back")
+	}
+}
