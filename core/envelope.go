@@ -5,9 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // SchemaVersion is the only envelope schema version this package reads and writes.
@@ -109,19 +108,14 @@ func New(urn string, data any, opts ...Option) (*Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.id == "" {
-		id, err := uuid.NewRandom()
-		if err != nil {
-			return nil, fmt.Errorf("babelqueue: generating meta.id: %w", err)
-		}
-		cfg.id = id.String()
-	}
-	if strings.TrimSpace(cfg.traceID) == "" {
-		tid, err := uuid.NewRandom()
-		if err != nil {
-			return nil, fmt.Errorf("babelqueue: generating trace_id: %w", err)
-		}
-		cfg.traceID = tid.String()
+	needID, needTrace := cfg.id == "", strings.TrimSpace(cfg.traceID) == ""
+	switch {
+	case needID && needTrace:
+		cfg.id, cfg.traceID = newIDs(true)
+	case needID:
+		cfg.id, _ = newIDs(false)
+	case needTrace:
+		cfg.traceID, _ = newIDs(false)
 	}
 	if cfg.queue == "" {
 		cfg.queue = DefaultQueue
@@ -154,15 +148,14 @@ func marshalData(v any) ([]byte, error) {
 	case []byte:
 		raw = d
 	default:
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(v); err != nil {
+		e := dataEncoders.Get().(*dataEncoder)
+		defer e.put()
+		if err := e.enc.Encode(v); err != nil {
 			return nil, fmt.Errorf("babelqueue: encoding data: %w", err)
 		}
-		// encoding/json writes valid, compact JSON and a newline: the
-		// buffer is ours, so it is the data as it is.
-		return dataObject(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		// encoding/json writes valid, compact JSON and a newline: the data
+		// is a copy of it as it is.
+		return dataObject(bytes.Clone(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n"))))
 	}
 	// Raw JSON from the caller: checked in one scan, and copied (compacted
 	// only when it has whitespace between tokens).
@@ -176,6 +169,30 @@ func marshalData(v any) ([]byte, error) {
 		return dataObject(out.Bytes())
 	}
 	return dataObject(append([]byte(nil), raw...))
+}
+
+// dataEncoder is an encoding/json Encoder without HTML escaping and its
+// buffer, reused across New calls so that encoding data costs one
+// allocation (the copy) rather than an encoder and the buffer's growth.
+type dataEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var dataEncoders = sync.Pool{New: func() any {
+	e := &dataEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// put returns e to the pool, unless a large value grew its buffer.
+func (e *dataEncoder) put() {
+	if e.buf.Cap() > 64<<10 {
+		return
+	}
+	e.buf.Reset()
+	dataEncoders.Put(e)
 }
 
 // dataObject returns b, compact valid JSON, as the data object: null is
