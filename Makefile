@@ -11,6 +11,9 @@
 #   make conformance   conformance tests against the project's suite, and
 #                      against CONFORMANCE_DIR too when it is set
 #   make bench         benchmarks of every module, summarised by benchstat
+#   make bench-peers   this project against Watermill and the raw native
+#                      clients on the same servers, as a table of ratios
+#                      (PEERS_KAFKA=1 adds a real Kafka broker)
 #   make lint          gofmt, go vet and staticcheck
 #   make fuzz          the decoder fuzz targets for FUZZTIME each (default 1m):
 #                      round trips, and Decode against encoding/json
@@ -27,7 +30,7 @@
 #                      restarted mid-consume), printed as one table
 #   make tag MODULE=kafka VERSION=v0.2.0   tag one module for release
 
-MODULES     := core conformance kafka sqs pulsar azureservicebus otel cmd/bq idempotency/redis idempotency/postgres outbox/postgres examples tools
+MODULES     := core conformance kafka sqs pulsar azureservicebus otel cmd/bq idempotency/redis idempotency/postgres outbox/postgres examples benchmarks tools
 PKGS        := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO          ?= go
 TOOLS       := $(CURDIR)/.tools
@@ -40,7 +43,7 @@ CONFORMANCE_DIR ?=
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: test conformance bench lint fuzz tidy demo tag tools faults standalone release-check
+.PHONY: test conformance bench bench-peers lint fuzz tidy demo tag tools faults standalone release-check
 
 test:
 	@scripts/test.sh $(MODULES)
@@ -90,6 +93,9 @@ bench: $(BENCHSTAT)
 	$(GO) test -run '^$$' -bench 'Project|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./azureservicebus/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_ASB_E2E) ./azureservicebus/... | tee -a bench.txt
 	$(BENCHSTAT) bench.txt
+
+bench-peers:
+	@scripts/bench-peers.sh
 
 tidy:
 	scripts/tidy.sh $(MODULES)

@@ -1,0 +1,615 @@
+package benchmarks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+	bqkafka "github.com/babelqueue/transports/kafka"
+)
+
+const urn = "urn:babel:orders:created"
+
+// kafkaPeer is one way of using Kafka from Go.
+type kafkaPeer struct {
+	name string
+	// publisher returns a synchronous publisher, safe for concurrent use.
+	publisher func(tb testing.TB, seeds []string) kafkaPublisher
+	// consume starts a consumer group on topic with n handlers that calls
+	// seen for every message, committing as that implementation does.
+	consume func(tb testing.TB, seeds []string, topic, group string, handlers int, seen func(sent string)) (stop func())
+}
+
+type kafkaPublisher interface {
+	publish(ctx context.Context, topic string, m msg) error
+	publishBatch(ctx context.Context, topic string, ms []msg) error
+	close()
+}
+
+var kafkaPeers = []kafkaPeer{
+	{"babelqueue", newBQKafkaPublisher, consumeBQKafka},
+	{"watermill", newWatermillPublisher, consumeWatermill},
+	{"franz-go", newRawKafkaPublisher, consumeRawKafka},
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// --- this project ---
+
+type bqKafkaPublisher struct {
+	snd *bqkafka.Sender
+	pub *queue.Publisher
+}
+
+func newBQKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
+	snd, err := bqkafka.NewSender(seeds, bqkafka.WithSenderLogger(discard()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &bqKafkaPublisher{snd: snd, pub: queue.NewPublisher(snd, queue.WithPublisherLogger(discard()))}
+}
+
+func bqOptions(m msg) []queue.PublishOption {
+	var opts []queue.PublishOption
+	if m.key != "" {
+		opts = append(opts, queue.WithKey(m.key))
+	}
+	if m.stamp {
+		opts = append(opts, queue.WithHeader(headerSent, sentHeader()))
+	}
+	return opts
+}
+
+func (p *bqKafkaPublisher) publish(ctx context.Context, topic string, m msg) error {
+	_, err := p.pub.Publish(ctx, topic, urn, order{m.seq, note}, bqOptions(m)...)
+	return err
+}
+
+func (p *bqKafkaPublisher) publishBatch(ctx context.Context, topic string, ms []msg) error {
+	batch := make([]queue.Outgoing, len(ms))
+	for i, m := range ms {
+		env, err := core.New(urn, order{m.seq, note}, core.WithQueue(topic))
+		if err != nil {
+			return err
+		}
+		batch[i] = queue.Outgoing{Envelope: env, Options: bqOptions(m)}
+	}
+	return p.pub.PublishBatch(ctx, batch)
+}
+
+func (p *bqKafkaPublisher) close() { _ = p.snd.Close(context.Background()) }
+
+func consumeBQKafka(tb testing.TB, seeds []string, topic, group string, handlers int, seen func(string)) func() {
+	rcv, err := bqkafka.NewReceiver(seeds, group, []string{topic}, bqkafka.WithReceiverLogger(discard()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	snd, err := bqkafka.NewSender(seeds, bqkafka.WithSenderLogger(discard()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := queue.NewConsumer(rcv, snd, queue.WithConcurrency(handlers), queue.WithLogger(discard()))
+	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
+		seen(m.Headers[headerSent])
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
+		}
+		_ = rcv.Close(context.Background())
+		_ = snd.Close(context.Background())
+	}
+}
+
+// --- Watermill (watermill-kafka on Sarama) ---
+
+// watermillMarshaler keys messages by their "key" metadata, as a Watermill
+// user partitions by key.
+var watermillMarshaler = wmkafka.NewWithPartitioningMarshaler(func(_ string, m *message.Message) (string, error) {
+	return m.Metadata.Get("key"), nil
+})
+
+type watermillPublisher struct{ pub *wmkafka.Publisher }
+
+func newWatermillPublisher(tb testing.TB, seeds []string) kafkaPublisher {
+	cfg := wmkafka.DefaultSaramaSyncPublisherConfig()
+	cfg.Producer.RequiredAcks = sarama.WaitForAll // franz-go's default, for equal acks
+	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
+		Brokers: seeds, Marshaler: watermillMarshaler, OverwriteSaramaConfig: cfg,
+	}, watermill.NopLogger{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &watermillPublisher{pub: pub}
+}
+
+func watermillMessage(m msg) (*message.Message, error) {
+	payload, err := json.Marshal(order{m.seq, note})
+	if err != nil {
+		return nil, err
+	}
+	wm := message.NewMessage(watermill.NewUUID(), payload)
+	if m.key != "" {
+		wm.Metadata.Set("key", m.key)
+	}
+	if m.stamp {
+		wm.Metadata.Set(headerSent, sentHeader())
+	}
+	return wm, nil
+}
+
+func (p *watermillPublisher) publish(_ context.Context, topic string, m msg) error {
+	wm, err := watermillMessage(m)
+	if err != nil {
+		return err
+	}
+	return p.pub.Publish(topic, wm)
+}
+
+func (p *watermillPublisher) publishBatch(_ context.Context, topic string, ms []msg) error {
+	wms := make([]*message.Message, len(ms))
+	for i, m := range ms {
+		wm, err := watermillMessage(m)
+		if err != nil {
+			return err
+		}
+		wms[i] = wm
+	}
+	return p.pub.Publish(topic, wms...)
+}
+
+func (p *watermillPublisher) close() { _ = p.pub.Close() }
+
+func consumeWatermill(tb testing.TB, seeds []string, topic, group string, handlers int, seen func(string)) func() {
+	cfg := wmkafka.DefaultSaramaSubscriberConfig()
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sub, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
+		Brokers: seeds, Unmarshaler: watermillMarshaler, OverwriteSaramaConfig: cfg, ConsumerGroup: group,
+	}, watermill.NopLogger{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range handlers {
+		wg.Go(func() {
+			for m := range ch {
+				seen(m.Metadata.Get(headerSent))
+				m.Ack()
+			}
+		})
+	}
+	return func() {
+		cancel()
+		_ = sub.Close()
+		wg.Wait()
+	}
+}
+
+// --- raw franz-go, sending this project's encoded envelopes ---
+
+type rawKafkaPublisher struct {
+	cl       *kgo.Client
+	template *kgo.Record // an encoded envelope and its headers, as this project's Sender writes them
+}
+
+func newRawKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	env, err := core.New(urn, order{1, note})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body, err := env.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rec := bqkafka.NewSenderFromClient(cl).Record(&driver.Message{Envelope: env, Body: body})
+	return &rawKafkaPublisher{cl: cl, template: rec}
+}
+
+func (p *rawKafkaPublisher) record(topic string, m msg) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Value: p.template.Value, Headers: p.template.Headers}
+	if m.key != "" {
+		r.Key = []byte(m.key)
+	}
+	if m.stamp {
+		r.Headers = append(r.Headers[:len(r.Headers):len(r.Headers)], kgo.RecordHeader{Key: headerSent, Value: []byte(sentHeader())})
+	}
+	return r
+}
+
+func (p *rawKafkaPublisher) publish(ctx context.Context, topic string, m msg) error {
+	return p.cl.ProduceSync(ctx, p.record(topic, m)).FirstErr()
+}
+
+func (p *rawKafkaPublisher) publishBatch(ctx context.Context, topic string, ms []msg) error {
+	recs := make([]*kgo.Record, len(ms))
+	for i, m := range ms {
+		recs[i] = p.record(topic, m)
+	}
+	return p.cl.ProduceSync(ctx, recs...).FirstErr()
+}
+
+func (p *rawKafkaPublisher) close() { p.cl.Close() }
+
+// consumeRawKafka is the loop a franz-go user writes: poll, hand the records
+// to n workers (by key, so a key keeps its order; by partition without one),
+// wait for them, commit, poll again.
+func consumeRawKafka(tb testing.TB, seeds []string, topic, group string, handlers int, seen func(string)) func() {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	handle := func(r *kgo.Record) {
+		sent := ""
+		for _, h := range r.Headers {
+			if h.Key == headerSent {
+				sent = string(h.Value)
+			}
+		}
+		seen(sent)
+	}
+	go func() {
+		defer close(done)
+		lanes := make([][]*kgo.Record, handlers)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			if fs.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+			if handlers == 1 {
+				fs.EachRecord(handle)
+			} else {
+				for i := range lanes {
+					lanes[i] = lanes[i][:0]
+				}
+				fs.EachRecord(func(r *kgo.Record) {
+					h := fnv.New32a()
+					if r.Key != nil {
+						_, _ = h.Write(r.Key)
+					} else {
+						_, _ = h.Write([]byte(strconv.Itoa(int(r.Partition))))
+					}
+					i := int(h.Sum32() % uint32(handlers))
+					lanes[i] = append(lanes[i], r)
+				})
+				var wg sync.WaitGroup
+				for _, l := range lanes {
+					wg.Go(func() {
+						for _, r := range l {
+							handle(r)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				tb.Error(err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		cl.Close()
+	}
+}
+
+// --- the rows ---
+
+func createTopic(tb testing.TB, seeds []string, parts int32) string {
+	tb.Helper()
+	name := freshName("peers")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, parts, 1, nil, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		tb.Fatalf("create topic %s: %v", name, err)
+	}
+	return name
+}
+
+// committed reports whether group has committed n offsets on topic.
+func committed(ctx context.Context, adm *kadm.Client, group, topic string, n int64) bool {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	var sum int64
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic && o.Err == nil && o.At > 0 {
+			sum += o.At
+		}
+	})
+	return sum >= n
+}
+
+func msgs(n int, keys int) []msg {
+	out := make([]msg, n)
+	for i := range out {
+		out[i] = msg{seq: i}
+		if keys > 0 {
+			out[i].key = "key-" + strconv.Itoa(i%keys)
+		}
+	}
+	return out
+}
+
+// BenchmarkKafka runs every row for every implementation on every cluster:
+// BenchmarkKafka/<cluster>/<row>/<implementation>.
+func BenchmarkKafka(b *testing.B) {
+	for _, cl := range clusters {
+		b.Run(cl.name, func(b *testing.B) {
+			warmUp(b, "kafka "+cl.name, func() {
+				for _, row := range kafkaRows {
+					for _, p := range kafkaPeers {
+						row.run(b, cl.seeds, p, &metrics{})
+					}
+				}
+			})
+			for _, row := range kafkaRows {
+				b.Run(row.name, func(b *testing.B) {
+					for _, p := range kafkaPeers {
+						b.Run(p.name, func(b *testing.B) {
+							var m metrics
+							for range b.N {
+								row.run(b, cl.seeds, p, &m)
+							}
+							m.report(b)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+type kafkaRow struct {
+	name string
+	run  func(b bench, seeds []string, p kafkaPeer, m *metrics)
+}
+
+var kafkaRows = []kafkaRow{
+	{"sync-publish", rowSyncPublish},
+	{"publishers=8", rowConcurrentPublish},
+	{"batch=10000", rowBatchPublish},
+	{"consume=10000/handlers=1", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConsume(b, s, p, m, 1) }},
+	{"consume=10000/handlers=8", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConsume(b, s, p, m, 8) }},
+	{"latency", rowLatency},
+	{"keys=64/partitions=1/handlers=8", rowKeyed},
+}
+
+func rowSyncPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
+	b.StopTimer()
+	topic := createTopic(b, seeds, partitions)
+	pub := p.publisher(b, seeds)
+	defer pub.close()
+	ctx := context.Background()
+	if err := pub.publish(ctx, topic, msg{}); err != nil { // connect and learn the metadata
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	for i := range load.syncPublish {
+		if err := pub.publish(ctx, topic, msg{seq: i}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.add("msgs/s", float64(load.syncPublish)/time.Since(start).Seconds())
+}
+
+func rowConcurrentPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
+	b.StopTimer()
+	topic := createTopic(b, seeds, partitions)
+	pub := p.publisher(b, seeds)
+	defer pub.close()
+	ctx := context.Background()
+	if err := pub.publish(ctx, topic, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w; i < load.concurrent; i += publishers {
+				if err := pub.publish(ctx, topic, msg{seq: i}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m.add("msgs/s", float64(load.concurrent)/time.Since(start).Seconds())
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
+	b.StopTimer()
+	topic := createTopic(b, seeds, partitions)
+	pub := p.publisher(b, seeds)
+	defer pub.close()
+	ctx := context.Background()
+	if err := pub.publish(ctx, topic, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	batch := msgs(load.batch, 0)
+	b.StartTimer()
+	start := time.Now()
+	if err := pub.publishBatch(ctx, topic, batch); err != nil {
+		b.Fatal(err)
+	}
+	m.add("msgs/s", float64(load.batch)/time.Since(start).Seconds())
+}
+
+// rowConsume publishes load.consume ahead, then consumes them: msgs/s is the
+// steady rate from the first message handled to the last; handled-ms and
+// committed-ms run from the consumer's start (group join included) to all
+// handled and to all committed.
+func rowConsume(b bench, seeds []string, p kafkaPeer, m *metrics, handlers int) {
+	b.StopTimer()
+	topic := createTopic(b, seeds, partitions)
+	pub := p.publisher(b, seeds)
+	if err := pub.publishBatch(context.Background(), topic, msgs(load.consume, 0)); err != nil {
+		b.Fatal(err)
+	}
+	pub.close()
+	adm, closeAdm := admin(b, seeds)
+	defer closeAdm()
+	group := freshName("g")
+	t := newTally(load.consume, 0)
+	b.StartTimer()
+	start := time.Now()
+	stop := p.consume(b, seeds, topic, group, handlers, t.seen)
+	t.wait(b, 2*time.Minute)
+	handled := time.Since(start)
+	deadline := time.Now().Add(time.Minute)
+	for !committed(context.Background(), adm, group, topic, int64(load.consume)) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: offsets not committed a minute after all were handled", p.name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	all := time.Since(start)
+	b.StopTimer()
+	stop()
+	m.add("msgs/s", t.steady())
+	m.add("handled-ms", ms(handled))
+	m.add("committed-ms", ms(all))
+}
+
+// rowLatency publishes load.latency messages, one every latencyPace, to a
+// running consumer with one handler and reports the percentiles of the time
+// from before the synchronous publish to the handler.
+func rowLatency(b bench, seeds []string, p kafkaPeer, m *metrics) {
+	b.StopTimer()
+	topic := createTopic(b, seeds, partitions)
+	pub := p.publisher(b, seeds)
+	defer pub.close()
+	ctx := context.Background()
+	warm, lat := newTally(1, 0), newTally(load.latency, 0)
+	stop := p.consume(b, seeds, topic, freshName("g"), 1, func(sent string) {
+		if sent == "" {
+			warm.seen("")
+		} else {
+			lat.seen(sent)
+		}
+	})
+	defer stop()
+	// The group has joined once a message published now is handled.
+	deadline := time.Now().Add(time.Minute)
+	for warm.count() == 0 {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: consumer not ready after a minute", p.name)
+		}
+		if err := pub.publish(ctx, topic, msg{}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.StartTimer()
+	tick := time.NewTicker(latencyPace)
+	defer tick.Stop()
+	for i := range load.latency {
+		<-tick.C
+		if err := pub.publish(ctx, topic, msg{seq: i, stamp: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat.wait(b, time.Minute)
+	b.StopTimer()
+	m.add("p50-µs", us(lat.percentile(50)))
+	m.add("p99-µs", us(lat.percentile(99)))
+}
+
+func admin(tb testing.TB, seeds []string) (*kadm.Client, func()) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return kadm.NewClient(cl), cl.Close
+}
+
+func rowKeyed(b bench, seeds []string, p kafkaPeer, m *metrics) {
+	b.StopTimer()
+	topic := createTopic(b, seeds, 1)
+	pub := p.publisher(b, seeds)
+	if err := pub.publishBatch(context.Background(), topic, msgs(load.keyed, keyedKeys)); err != nil {
+		b.Fatal(err)
+	}
+	pub.close()
+	t := newTally(load.keyed, load.keyedWork)
+	b.StartTimer()
+	stop := p.consume(b, seeds, topic, freshName("g"), keyedHandlers, t.seen)
+	t.wait(b, 2*time.Minute)
+	b.StopTimer()
+	stop()
+	m.add("msgs/s", t.steady())
+}
+
+// TestKafkaRows runs every Kafka row of every implementation once on a small
+// workload against kfake, so that the benchmarks keep working.
+func TestKafkaRows(t *testing.T) {
+	defer func(w workload) { load = w }(load)
+	load = small
+	for _, row := range kafkaRows {
+		for _, p := range kafkaPeers {
+			t.Run(row.name+"/"+p.name, func(t *testing.T) {
+				var m metrics
+				row.run(untimed{t}, clusters[0].seeds, p, &m)
+				if len(m.sum) == 0 {
+					t.Fatal("the row reported no metric")
+				}
+				for k, v := range m.sum {
+					if v <= 0 {
+						t.Errorf("%s = %v", k, v)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package benchmarks
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Environment variables that add servers to the in-process kfake cluster.
+const (
+	EnvKafkaBrokers = "BQ_KAFKA_BROKERS" // a real Kafka cluster's seed brokers, comma-separated
+	EnvSQSEndpoint  = "BQ_SQS_ENDPOINT"  // a local SQS server, e.g. http://127.0.0.1:19324
+)
+
+// workload is the size of every row, the same for every implementation.
+type workload struct {
+	syncPublish int           // sequential synchronous publishes
+	concurrent  int           // publishes shared by the concurrent publishers
+	batch       int           // messages of one batched publish
+	consume     int           // messages published ahead, then consumed
+	latency     int           // messages for end-to-end latency, one every latencyPace
+	keyed       int           // messages on one partition with keyedKeys keys
+	keyedWork   time.Duration // what each keyed message costs its handler
+}
+
+// load is what the benchmarks run: small enough that a -benchtime 1x run of
+// a row takes seconds. TestRows runs every row on a much smaller one.
+var load = workload{
+	syncPublish: 2000,
+	concurrent:  4000,
+	batch:       10_000,
+	consume:     10_000,
+	latency:     1000,
+	keyed:       640,
+	keyedWork:   5 * time.Millisecond,
+}
+
+const (
+	publishers    = 8 // concurrent publishers
+	latencyPace   = time.Millisecond
+	keyedKeys     = 64
+	keyedHandlers = 8
+	partitions    = 8 // of every topic but the keyed row's
+	noteBytes     = 200
+)
+
+// order is the payload every implementation publishes: about 250 bytes of
+// JSON, wrapped in the BabelQueue envelope by this project and sent as the
+// message body by Watermill.
+type order struct {
+	OrderID int    `json:"order_id"`
+	Note    string `json:"note"`
+}
+
+var note = strings.Repeat("n", noteBytes)
+
+// cluster is a Kafka cluster the rows run against.
+type cluster struct {
+	name  string // kfake or kafka
+	seeds []string
+}
+
+var (
+	clusters    []cluster
+	sqsEndpoint string
+	nameNo      atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(partitions))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kfake:", err)
+		os.Exit(1)
+	}
+	clusters = append(clusters, cluster{"kfake", fake.ListenAddrs()})
+	if env := os.Getenv(EnvKafkaBrokers); env != "" {
+		clusters = append(clusters, cluster{"kafka", strings.Split(env, ",")})
+	}
+	sqsEndpoint = os.Getenv(EnvSQSEndpoint)
+	code := m.Run()
+	fake.Close()
+	os.Exit(code)
+}
+
+// freshName returns a topic, queue or group name no earlier run used.
+func freshName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1e9, nameNo.Add(1))
+}
+
+// msg is one message a row publishes: an implementation turns it into its
+// own message (an envelope, a Watermill message, a record).
+type msg struct {
+	seq int
+	key string // "" for none
+	// stamp asks for the send time in a header, for latency.
+	stamp bool
+}
+
+// headerSent is the header that carries the send time in UnixNano.
+const headerSent = "x-sent-ns"
+
+func sentHeader() string { return strconv.FormatInt(time.Now().UnixNano(), 10) }
+
+// tally counts what the handlers saw: how many, when the first and last
+// arrived, and the latency of stamped messages.
+type tally struct {
+	mu        sync.Mutex
+	n         int
+	first     time.Time
+	last      time.Time
+	latencies []time.Duration
+	want      int
+	done      chan struct{}
+	work      time.Duration // what each message costs the handler
+}
+
+func newTally(want int, work time.Duration) *tally {
+	return &tally{want: want, done: make(chan struct{}), work: work}
+}
+
+// seen is every implementation's handler: sent is the send-time header or "".
+func (t *tally) seen(sent string) {
+	if t.work > 0 {
+		time.Sleep(t.work)
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if sent != "" {
+		if ns, err := strconv.ParseInt(sent, 10, 64); err == nil {
+			t.latencies = append(t.latencies, now.Sub(time.Unix(0, ns)))
+		}
+	}
+	if t.n == 0 {
+		t.first = now
+	}
+	t.n++
+	t.last = now
+	if t.n == t.want {
+		close(t.done)
+	}
+}
+
+func (t *tally) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
+}
+
+// wait blocks until want messages were seen, or fails tb after limit.
+func (t *tally) wait(tb testing.TB, limit time.Duration) {
+	tb.Helper()
+	select {
+	case <-t.done:
+	case <-time.After(limit):
+		tb.Fatalf("saw %d of %d messages in %v", t.count(), t.want, limit)
+	}
+}
+
+// steady is the rate between the first and the last message seen.
+func (t *tally) steady() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n < 2 {
+		return 0
+	}
+	return float64(t.n-1) / t.last.Sub(t.first).Seconds()
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 100) of the latencies.
+func (t *tally) percentile(p float64) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(t.latencies)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// bench is what a row needs of a *testing.B; TestRows runs the rows with a
+// *testing.T and timers that do nothing.
+type bench interface {
+	testing.TB
+	StartTimer()
+	StopTimer()
+}
+
+type untimed struct{ *testing.T }
+
+func (untimed) StartTimer() {}
+func (untimed) StopTimer()  {}
+
+// small is the workload TestRows runs every row on.
+var small = workload{syncPublish: 20, concurrent: 40, batch: 100, consume: 200, latency: 20, keyed: 64, keyedWork: time.Millisecond}
+
+var (
+	warmMu sync.Mutex
+	warmed = map[string]bool{}
+)
+
+// warmUp runs run once per process and server, untimed, on the small
+// workload: the servers' JITs (Kafka's JVM, fauxqs's V8), their connection
+// pools and this process then start every measured row warm, instead of the
+// first implementation measured paying for it.
+func warmUp(b *testing.B, server string, run func()) {
+	warmMu.Lock()
+	defer warmMu.Unlock()
+	if warmed[server] {
+		return
+	}
+	warmed[server] = true
+	b.StopTimer()
+	defer b.StartTimer()
+	defer func(w workload) { load = w }(load)
+	load = small
+	run()
+}
+
+// metrics averages named metrics over a benchmark's iterations.
+type metrics struct {
+	sum map[string]float64
+	n   map[string]int
+}
+
+func (m *metrics) add(name string, v float64) {
+	if m.sum == nil {
+		m.sum, m.n = map[string]float64{}, map[string]int{}
+	}
+	m.sum[name] += v
+	m.n[name]++
+}
+
+func (m *metrics) report(b *testing.B) {
+	for k, v := range m.sum {
+		b.ReportMetric(v/float64(m.n[k]), k)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -1,0 +1,427 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+	bqsqs "github.com/babelqueue/transports/sqs"
+)
+
+// sqsPeer is one way of using SQS from Go. Watermill's SQS module is not
+// served by the module proxy here, so the rows compare this project with
+// the AWS SDK alone.
+type sqsPeer struct {
+	name      string
+	publisher func(tb testing.TB, api *awssqs.Client) sqsPublisher
+	consume   func(tb testing.TB, api *awssqs.Client, queueName string, handlers int, seen func(sent string)) (stop func())
+}
+
+type sqsPublisher interface {
+	publish(ctx context.Context, queueName string, m msg) error
+	publishBatch(ctx context.Context, queueName string, ms []msg) error
+}
+
+var sqsPeers = []sqsPeer{
+	{"babelqueue", newBQSQSPublisher, consumeBQSQS},
+	{"aws-sdk-go-v2", newRawSQSPublisher, consumeRawSQS},
+}
+
+func sqsClient(tb testing.TB) *awssqs.Client {
+	tb.Helper()
+	if sqsEndpoint == "" {
+		tb.Skip(EnvSQSEndpoint + " is unset: no SQS server (scripts/sqs-server.sh start)")
+	}
+	return awssqs.New(awssqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(sqsEndpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+// createQueue creates a fresh queue and returns its name and URL.
+func createQueue(tb testing.TB, api *awssqs.Client) (string, string) {
+	tb.Helper()
+	name := freshName("peers")
+	out, err := api.CreateQueue(context.Background(), &awssqs.CreateQueueInput{QueueName: aws.String(name)})
+	if err != nil {
+		tb.Fatalf("create queue %s: %v", name, err)
+	}
+	return name, aws.ToString(out.QueueUrl)
+}
+
+// --- this project ---
+
+type bqSQSPublisher struct{ pub *queue.Publisher }
+
+func newBQSQSPublisher(_ testing.TB, api *awssqs.Client) sqsPublisher {
+	return &bqSQSPublisher{pub: queue.NewPublisher(bqsqs.NewSender(api, bqsqs.WithLogger(discard())), queue.WithPublisherLogger(discard()))}
+}
+
+func (p *bqSQSPublisher) publish(ctx context.Context, q string, m msg) error {
+	_, err := p.pub.Publish(ctx, q, urn, order{m.seq, note}, bqOptions(m)...)
+	return err
+}
+
+func (p *bqSQSPublisher) publishBatch(ctx context.Context, q string, ms []msg) error {
+	batch := make([]queue.Outgoing, len(ms))
+	for i, m := range ms {
+		env, err := core.New(urn, order{m.seq, note}, core.WithQueue(q))
+		if err != nil {
+			return err
+		}
+		batch[i] = queue.Outgoing{Envelope: env, Options: bqOptions(m)}
+	}
+	return p.pub.PublishBatch(ctx, batch)
+}
+
+func consumeBQSQS(_ testing.TB, api *awssqs.Client, q string, handlers int, seen func(string)) func() {
+	rcv := bqsqs.NewReceiver(api, q, bqsqs.WithLogger(discard()), bqsqs.WithWaitTime(time.Second))
+	c := queue.NewConsumer(rcv, bqsqs.NewSender(api, bqsqs.WithLogger(discard())),
+		queue.WithConcurrency(handlers), queue.WithLogger(discard()))
+	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
+		seen(m.Headers[headerSent])
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() {
+		cancel()
+		<-done
+		_ = rcv.Close(context.Background())
+	}
+}
+
+// --- the AWS SDK, sending this project's encoded envelopes and attributes ---
+
+type rawSQSPublisher struct {
+	api      *awssqs.Client
+	template *awssqs.SendMessageInput
+	mu       sync.Mutex
+	urls     map[string]string
+}
+
+func newRawSQSPublisher(tb testing.TB, api *awssqs.Client) sqsPublisher {
+	env, err := core.New(urn, order{1, note})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body, err := env.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	in, err := bqsqs.NewSender(api).Input(&driver.Message{Envelope: env, Body: body, Queue: "q"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &rawSQSPublisher{api: api, template: in, urls: map[string]string{}}
+}
+
+func (p *rawSQSPublisher) url(ctx context.Context, q string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u, ok := p.urls[q]; ok {
+		return u, nil
+	}
+	out, err := p.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(q)})
+	if err != nil {
+		return "", err
+	}
+	p.urls[q] = aws.ToString(out.QueueUrl)
+	return p.urls[q], nil
+}
+
+func (p *rawSQSPublisher) attributes(m msg) map[string]types.MessageAttributeValue {
+	if !m.stamp {
+		return p.template.MessageAttributes
+	}
+	attrs := make(map[string]types.MessageAttributeValue, len(p.template.MessageAttributes)+1)
+	for k, v := range p.template.MessageAttributes {
+		attrs[k] = v
+	}
+	attrs[headerSent] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(sentHeader())}
+	return attrs
+}
+
+func (p *rawSQSPublisher) publish(ctx context.Context, q string, m msg) error {
+	u, err := p.url(ctx, q)
+	if err != nil {
+		return err
+	}
+	_, err = p.api.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: p.template.MessageBody, MessageAttributes: p.attributes(m)})
+	return err
+}
+
+func (p *rawSQSPublisher) publishBatch(ctx context.Context, q string, ms []msg) error {
+	u, err := p.url(ctx, q)
+	if err != nil {
+		return err
+	}
+	for start := 0; start < len(ms); start += 10 {
+		chunk := ms[start:min(start+10, len(ms))]
+		entries := make([]types.SendMessageBatchRequestEntry, len(chunk))
+		for i, m := range chunk {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: p.template.MessageBody, MessageAttributes: p.attributes(m)}
+		}
+		out, err := p.api.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: aws.String(u), Entries: entries})
+		if err != nil {
+			return err
+		}
+		if len(out.Failed) > 0 {
+			return errors.New(aws.ToString(out.Failed[0].Message))
+		}
+	}
+	return nil
+}
+
+// consumeRawSQS is the loop an SDK user writes, once per handler: long-poll
+// ten messages, handle them, delete them in one batch.
+func consumeRawSQS(tb testing.TB, api *awssqs.Client, q string, handlers int, seen func(string)) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	out, err := api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(q)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	u := out.QueueUrl
+	var wg sync.WaitGroup
+	for range handlers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				got, err := api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: u, MaxNumberOfMessages: 10,
+					WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"}})
+				if err != nil || len(got.Messages) == 0 {
+					continue
+				}
+				entries := make([]types.DeleteMessageBatchRequestEntry, len(got.Messages))
+				for i, m := range got.Messages {
+					sent := ""
+					if a, ok := m.MessageAttributes[headerSent]; ok {
+						sent = aws.ToString(a.StringValue)
+					}
+					seen(sent)
+					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+				}
+				del, err := api.DeleteMessageBatch(context.WithoutCancel(ctx), &awssqs.DeleteMessageBatchInput{QueueUrl: u, Entries: entries})
+				if err != nil {
+					tb.Errorf("DeleteMessageBatch: %v", err)
+				} else if len(del.Failed) > 0 {
+					tb.Errorf("DeleteMessageBatch: %d failed: %s", len(del.Failed), aws.ToString(del.Failed[0].Message))
+				}
+			}
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// --- the rows ---
+
+type sqsRow struct {
+	name string
+	run  func(b bench, api *awssqs.Client, p sqsPeer, m *metrics)
+}
+
+var sqsRows = []sqsRow{
+	{"sync-publish", sqsSyncPublish},
+	{"publishers=8", sqsConcurrentPublish},
+	{"batch=10000", sqsBatchPublish},
+	{"consume=10000/handlers=1", func(b bench, api *awssqs.Client, p sqsPeer, m *metrics) { sqsConsume(b, api, p, m, 1) }},
+	{"consume=10000/handlers=8", func(b bench, api *awssqs.Client, p sqsPeer, m *metrics) { sqsConsume(b, api, p, m, 8) }},
+	{"latency", sqsLatency},
+}
+
+// BenchmarkSQS runs every row for both implementations against the local
+// SQS server: BenchmarkSQS/fauxqs/<row>/<implementation>.
+func BenchmarkSQS(b *testing.B) {
+	api := sqsClient(b)
+	b.Run("fauxqs", func(b *testing.B) {
+		warmUp(b, "sqs", func() {
+			for _, row := range sqsRows {
+				for _, p := range sqsPeers {
+					row.run(b, api, p, &metrics{})
+				}
+			}
+		})
+		for _, row := range sqsRows {
+			b.Run(row.name, func(b *testing.B) {
+				for _, p := range sqsPeers {
+					b.Run(p.name, func(b *testing.B) {
+						var m metrics
+						for range b.N {
+							row.run(b, api, p, &m)
+						}
+						m.report(b)
+					})
+				}
+			})
+		}
+	})
+}
+
+func sqsSyncPublish(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
+	b.StopTimer()
+	q, _ := createQueue(b, api)
+	pub := p.publisher(b, api)
+	ctx := context.Background()
+	if err := pub.publish(ctx, q, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	for i := range load.syncPublish {
+		if err := pub.publish(ctx, q, msg{seq: i}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.add("msgs/s", float64(load.syncPublish)/time.Since(start).Seconds())
+}
+
+func sqsConcurrentPublish(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
+	b.StopTimer()
+	q, _ := createQueue(b, api)
+	pub := p.publisher(b, api)
+	ctx := context.Background()
+	if err := pub.publish(ctx, q, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w; i < load.concurrent; i += publishers {
+				if err := pub.publish(ctx, q, msg{seq: i}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m.add("msgs/s", float64(load.concurrent)/time.Since(start).Seconds())
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+func sqsBatchPublish(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
+	b.StopTimer()
+	q, _ := createQueue(b, api)
+	pub := p.publisher(b, api)
+	ctx := context.Background()
+	if err := pub.publish(ctx, q, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	batch := msgs(load.batch, 0)
+	b.StartTimer()
+	start := time.Now()
+	if err := pub.publishBatch(ctx, q, batch); err != nil {
+		b.Fatal(err)
+	}
+	m.add("msgs/s", float64(load.batch)/time.Since(start).Seconds())
+}
+
+// sqsConsume publishes load.consume ahead, then consumes them: msgs/s is the
+// steady rate, handled-ms runs from the consumer's start to all handled and
+// committed-ms to the queue empty of them (every message deleted).
+func sqsConsume(b bench, api *awssqs.Client, p sqsPeer, m *metrics, handlers int) {
+	b.StopTimer()
+	q, u := createQueue(b, api)
+	if err := p.publisher(b, api).publishBatch(context.Background(), q, msgs(load.consume, 0)); err != nil {
+		b.Fatal(err)
+	}
+	t := newTally(load.consume, 0)
+	b.StartTimer()
+	start := time.Now()
+	stop := p.consume(b, api, q, handlers, t.seen)
+	t.wait(b, 5*time.Minute)
+	handled := time.Since(start)
+	deadline := time.Now().Add(time.Minute)
+	for !sqsDrained(api, u) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: messages not deleted a minute after all were handled", p.name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	all := time.Since(start)
+	b.StopTimer()
+	stop()
+	m.add("msgs/s", t.steady())
+	m.add("handled-ms", ms(handled))
+	m.add("committed-ms", ms(all))
+}
+
+// sqsDrained reports whether the queue holds no message, visible or not.
+func sqsDrained(api *awssqs.Client, url string) bool {
+	out, err := api.GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	if err != nil {
+		return false
+	}
+	return out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)] == "0" &&
+		out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)] == "0"
+}
+
+func sqsLatency(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
+	b.StopTimer()
+	q, _ := createQueue(b, api)
+	pub := p.publisher(b, api)
+	ctx := context.Background()
+	lat := newTally(load.latency, 0)
+	stop := p.consume(b, api, q, 1, func(sent string) {
+		if sent != "" {
+			lat.seen(sent)
+		}
+	})
+	defer stop()
+	b.StartTimer()
+	tick := time.NewTicker(latencyPace)
+	defer tick.Stop()
+	for i := range load.latency {
+		<-tick.C
+		if err := pub.publish(ctx, q, msg{seq: i, stamp: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat.wait(b, time.Minute)
+	b.StopTimer()
+	m.add("p50-µs", us(lat.percentile(50)))
+	m.add("p99-µs", us(lat.percentile(99)))
+}
+
+// TestSQSRows runs every SQS row of both implementations once on a small
+// workload when BQ_SQS_ENDPOINT names a server.
+func TestSQSRows(t *testing.T) {
+	api := sqsClient(t)
+	defer func(w workload) { load = w }(load)
+	load = small
+	for _, row := range sqsRows {
+		for _, p := range sqsPeers {
+			t.Run(row.name+"/"+p.name, func(t *testing.T) {
+				var m metrics
+				row.run(untimed{t}, api, p, &m)
+				for k, v := range m.sum {
+					if v <= 0 {
+						t.Errorf("%s = %v", k, v)
+					}
+				}
+			})
+		}
+	}
+}
