@@ -88,8 +88,10 @@ func (p *bqSQSPublisher) publishBatch(ctx context.Context, q string, ms []msg) e
 
 func consumeBQSQS(_ testing.TB, api *awssqs.Client, q string, handlers int, seen func(string)) func() {
 	rcv := bqsqs.NewReceiver(api, q, bqsqs.WithLogger(discard()), bqsqs.WithWaitTime(time.Second))
+	// A batch of 10 per handler: the receiver runs that many long polls at
+	// once, as the raw loop runs one per handler.
 	c := queue.NewConsumer(rcv, bqsqs.NewSender(api, bqsqs.WithLogger(discard())),
-		queue.WithConcurrency(handlers), queue.WithLogger(discard()))
+		queue.WithConcurrency(handlers), queue.WithBatchSize(10*handlers), queue.WithLogger(discard()))
 	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
 		seen(m.Headers[headerSent])
 		return nil

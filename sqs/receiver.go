@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -63,7 +64,20 @@ type Receiver struct {
 
 	ackMu    sync.Mutex
 	ackQueue []*ackReq
-	flushing bool
+	flushers int           // goroutines sending ackQueue, at most maxFlushers
+	ackSlots chan struct{} // bounds asynchronous acknowledgements in flight
+
+	// Long polls run in the background (see Receive): what they bring
+	// waits in ready for the next Receive.
+	pollMu     sync.Mutex
+	polling    int                // ReceiveMessage calls in flight
+	pollsDone  uint64             // ReceiveMessage calls finished
+	ready      []*driver.Delivery // received, not handed out yet
+	pollErr    error              // the last failed poll's, for the next Receive
+	pollNotify chan struct{}      // a poll finished
+	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
+	pollStop   context.CancelFunc
+	polls      sync.WaitGroup
 
 	stop chan struct{}
 	done chan struct{}
@@ -77,8 +91,15 @@ type token struct {
 
 type ackReq struct {
 	tok  *token
-	done chan error
+	done func(error) // called once with the delete's result
 }
+
+// maxFlushers bounds the DeleteMessageBatch requests in flight at once, and
+// maxAsyncAcks the acknowledgements handed over with AckAsync and not done.
+const (
+	maxFlushers  = 4
+	maxAsyncAcks = 100 * MaxBatch
+)
 
 // NewReceiver returns a Receiver for queue (a name or a URL) and starts its
 // visibility heartbeat; Close stops it.
@@ -96,7 +117,9 @@ func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receive
 	r := &Receiver{
 		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: cfg.logger,
 		outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
+		ackSlots: make(chan struct{}, maxAsyncAcks), pollNotify: make(chan struct{}, 1),
 	}
+	r.pollCtx, r.pollStop = context.WithCancel(context.Background())
 	go r.heartbeatLoop()
 	return r
 }
@@ -124,7 +147,16 @@ func (r *Receiver) queueURL(ctx context.Context) (string, error) {
 	return u, nil
 }
 
-// Receive implements driver.Receiver with one long-polling ReceiveMessage.
+// Receive implements driver.Receiver with long-polling ReceiveMessage
+// calls: one for a limit up to 10 (MaxBatch), ceil(limit/10) at once for
+// more (queue.WithBatchSize(40) runs four), up to maxPolls. It returns as
+// soon as one of them brings messages, or with none when one comes back
+// empty after the wait time; the others run on, and what they bring waits
+// for the next Receive. A poll is never cancelled with ctx: a
+// long poll cut short may already have taken messages on the server, which
+// would then stay invisible for the whole visibility timeout. Close gives
+// the polls still running rescueGrace to finish, and makes whatever was
+// received and not handed out visible again at once.
 func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, error) {
 	r.mu.Lock()
 	closed := r.closed
@@ -136,24 +168,87 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 	if err != nil {
 		return nil, err
 	}
-	out, err := r.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(u),
-		MaxNumberOfMessages:         int32(min(max(limit, 1), MaxBatch)),
+	limit = max(limit, 1)
+	want := min((limit+MaxBatch-1)/MaxBatch, maxPolls)
+	r.pollMu.Lock()
+	seen := r.pollsDone
+	r.pollMu.Unlock()
+	for {
+		r.pollMu.Lock()
+		if n := min(limit, len(r.ready)); n > 0 {
+			out := slices.Clone(r.ready[:n])
+			clear(r.ready[:n])
+			r.ready = r.ready[n:]
+			r.pollMu.Unlock()
+			return out, nil
+		}
+		if err := r.pollErr; err != nil {
+			r.pollErr = nil
+			r.pollMu.Unlock()
+			return nil, err
+		}
+		if r.pollsDone != seen { // a long poll came back empty
+			r.pollMu.Unlock()
+			return nil, nil
+		}
+		for r.polling < want {
+			r.polling++
+			r.polls.Add(1)
+			go r.poll(u, int32(min(limit, MaxBatch)))
+		}
+		r.pollMu.Unlock()
+		select {
+		case <-r.pollNotify:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// maxPolls bounds the ReceiveMessage calls one Receive runs at once.
+const maxPolls = 10
+
+// rescueGrace is how long Close lets the polls still running finish (and
+// hand back what they took) before it cancels them.
+const rescueGrace = time.Second
+
+// poll runs one ReceiveMessage and adds what it brings to ready.
+func (r *Receiver) poll(url string, n int32) {
+	defer r.polls.Done()
+	out, err := r.api.ReceiveMessage(r.pollCtx, &awssqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(url),
+		MaxNumberOfMessages:         n,
 		WaitTimeSeconds:             int32(min(r.cfg.wait/time.Second, 20)),
 		VisibilityTimeout:           int32(r.cfg.visibility / time.Second),
 		MessageAttributeNames:       []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("babelqueue/sqs: ReceiveMessage: %w", err)
+	var ds []*driver.Delivery
+	if err == nil {
+		ds = r.deliveries(out.Messages)
 	}
+	r.pollMu.Lock()
+	r.polling--
+	r.pollsDone++
+	if err != nil && r.pollCtx.Err() == nil {
+		r.pollErr = fmt.Errorf("babelqueue/sqs: ReceiveMessage: %w", err)
+	}
+	r.ready = append(r.ready, ds...)
+	r.pollMu.Unlock()
+	select {
+	case r.pollNotify <- struct{}{}:
+	default:
+	}
+}
+
+// deliveries turns received messages into deliveries whose visibility the
+// heartbeat extends from now on.
+func (r *Receiver) deliveries(msgs []types.Message) []*driver.Delivery {
 	now := time.Now()
-	ds := make([]*driver.Delivery, 0, len(out.Messages))
+	ds := make([]*driver.Delivery, 0, len(msgs))
 	r.mu.Lock()
-	for _, m := range out.Messages {
+	defer r.mu.Unlock()
+	for _, m := range msgs {
 		headers := make(map[string]string, len(m.MessageAttributes))
 		for k, v := range m.MessageAttributes {
 			headers[k] = aws.ToString(v.StringValue)
@@ -174,8 +269,7 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 			AsFunc:      messageAs(m),
 		})
 	}
-	r.mu.Unlock()
-	return ds, nil
+	return ds
 }
 
 // messageAs serves driver.Delivery.As: target is a *types.Message.
@@ -207,20 +301,50 @@ func (r *Receiver) Ack(ctx context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return err
 	}
-	req := &ackReq{tok: tok, done: make(chan error, 1)}
-	r.ackMu.Lock()
-	r.ackQueue = append(r.ackQueue, req)
-	start := !r.flushing
-	r.flushing = true
-	r.ackMu.Unlock()
-	if start {
-		go r.flushAcks()
-	}
+	done := make(chan error, 1)
+	r.enqueueAck(&ackReq{tok: tok, done: func(err error) { done <- err }})
 	select {
-	case err := <-req.done:
+	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// AckAsync implements driver.AsyncAcker: the delete joins the next
+// DeleteMessageBatch and done gets its result, so that a consumer's handler
+// goes on to the next message meanwhile and even one handler fills batches.
+// It blocks while maxAsyncAcks acknowledgements are in flight.
+func (r *Receiver) AckAsync(ctx context.Context, d *driver.Delivery, done func(error)) {
+	tok, err := r.tokenOf(d)
+	if err != nil {
+		done(err)
+		return
+	}
+	select {
+	case r.ackSlots <- struct{}{}:
+	case <-ctx.Done():
+		done(ctx.Err())
+		return
+	}
+	r.enqueueAck(&ackReq{tok: tok, done: func(err error) {
+		<-r.ackSlots
+		done(err)
+	}})
+}
+
+// enqueueAck queues req and starts a flusher when none runs, or when a
+// whole batch waits and fewer than maxFlushers run.
+func (r *Receiver) enqueueAck(req *ackReq) {
+	r.ackMu.Lock()
+	r.ackQueue = append(r.ackQueue, req)
+	start := r.flushers == 0 || (len(r.ackQueue) >= MaxBatch && r.flushers < maxFlushers)
+	if start {
+		r.flushers++
+	}
+	r.ackMu.Unlock()
+	if start {
+		go r.flushAcks()
 	}
 }
 
@@ -231,7 +355,7 @@ func (r *Receiver) flushAcks() {
 		r.ackMu.Lock()
 		n := min(len(r.ackQueue), MaxBatch)
 		if n == 0 {
-			r.flushing = false
+			r.flushers--
 			r.ackMu.Unlock()
 			return
 		}
@@ -261,14 +385,14 @@ func (r *Receiver) deleteBatch(batch []*ackReq) {
 				}
 			}
 			for i, a := range batch {
-				a.done <- failed[i]
+				a.done(failed[i])
 			}
 			return
 		}
 		err = fmt.Errorf("babelqueue/sqs: DeleteMessageBatch: %w", err)
 	}
 	for _, a := range batch {
-		a.done <- err
+		a.done(err)
 	}
 }
 
@@ -362,10 +486,13 @@ func (r *Receiver) As(target any) bool {
 	return false
 }
 
-// Close stops the heartbeat. Unsettled messages become visible again when
-// their visibility timeout runs out; the API client is the caller's and
-// stays open. ctx is unused: nothing is flushed.
-func (r *Receiver) Close(context.Context) error {
+// Close stops the heartbeat, gives the long polls still running
+// rescueGrace to finish, makes every message received and not handed out
+// visible again, and waits, until ctx is done, for the acknowledgements
+// already handed over to be sent. Messages handed out and never settled
+// become visible again when their visibility timeout runs out; the API
+// client is the caller's and stays open.
+func (r *Receiver) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -375,7 +502,61 @@ func (r *Receiver) Close(context.Context) error {
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.done
-	return nil
+	polled := make(chan struct{})
+	go func() { r.polls.Wait(); close(polled) }()
+	select {
+	case <-polled:
+	case <-time.After(rescueGrace):
+	case <-ctx.Done():
+	}
+	r.pollStop()
+	<-polled
+	r.pollMu.Lock()
+	unsent := r.ready
+	r.ready = nil
+	r.pollMu.Unlock()
+	r.handBack(ctx, unsent)
+	for {
+		r.ackMu.Lock()
+		idle := r.flushers == 0
+		r.ackMu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("babelqueue/sqs: close: acknowledgements still in flight: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// handBack makes deliveries never handed out visible again at once.
+func (r *Receiver) handBack(ctx context.Context, ds []*driver.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	u, err := r.queueURL(ctx)
+	if err != nil {
+		return
+	}
+	for start := 0; start < len(ds); start += MaxBatch {
+		chunk := ds[start:min(start+MaxBatch, len(ds))]
+		in := &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u)}
+		for i, d := range chunk {
+			tok, err := r.tokenOf(d)
+			if err != nil {
+				continue
+			}
+			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: 0,
+			})
+		}
+		if _, err := r.api.ChangeMessageVisibilityBatch(ctx, in); err != nil {
+			r.log.Warn("babelqueue/sqs: messages received as the consumer stopped stay invisible until their visibility timeout",
+				slog.String("queue", r.queue), slog.Int("messages", len(chunk)), slog.Any("error", err))
+		}
+	}
 }
 
 // DeadLetterQueue implements driver.DeadLetterNamer.

@@ -278,3 +278,42 @@ func TestShutdownReleasesUnstarted(t *testing.T) {
 		t.Fatalf("%d messages visible after shutdown, want the 4 unstarted ones released at once", got)
 	}
 }
+
+// With one handler, acknowledgements are handed over asynchronously and still
+// fill DeleteMessageBatch requests; once the consumer stops every message is
+// deleted (none comes back after the visibility timeout).
+func TestOneHandlerBatchesDeletes(t *testing.T) {
+	q := newQueue(t, false)
+	api := &countingAPI{Client: client(t)}
+	snd := NewSender(api)
+	var batch []queue.Outgoing
+	for i := range 50 {
+		env, _ := core.New(testURN, map[string]any{"i": i}, core.WithQueue(q))
+		batch = append(batch, queue.Outgoing{Envelope: env})
+	}
+	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReceiver(api, q, WithWaitTime(time.Second), WithVisibilityTimeout(2*time.Second))
+	var handled atomic.Int32
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error { handled.Add(1); return nil },
+		queue.WithConcurrency(1), queue.WithBatchSize(10))
+	drivertest.WaitUntil(t, 20*time.Second, "50 handled", func() bool { return handled.Load() == 50 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := api.deleteBatch.Load(); n > 25 {
+		t.Errorf("%d DeleteMessageBatch calls for 50 acks by one handler, want at most 25", n)
+	}
+	t.Logf("50 acks by one handler in %d DeleteMessageBatch calls", api.deleteBatch.Load())
+	// Nothing comes back once the visibility timeout has run out.
+	r2 := newTestReceiver(t, q)
+	defer r2.Close(context.Background())
+	time.Sleep(2500 * time.Millisecond)
+	if ds, err := r2.Receive(context.Background(), 10); err != nil || len(ds) != 0 {
+		t.Errorf("after the consumer stopped: %d messages came back (%v), want 0", len(ds), err)
+	}
+}

@@ -190,6 +190,18 @@ type Returner interface {
 	Return(ctx context.Context, d *Delivery) error
 }
 
+// AsyncAcker is implemented by a Receiver whose acknowledgement is a round
+// trip that several deliveries can share (SQS's DeleteMessageBatch). The
+// consumer then hands its acknowledgements over with AckAsync and goes on
+// to the next message; done is called exactly once, from any goroutine,
+// with what Ack would have returned. AckAsync blocks only while the
+// receiver has too many acknowledgements in flight, or until ctx is done
+// (done is then called with ctx's error). The consumer waits for every done
+// before Run returns.
+type AsyncAcker interface {
+	AckAsync(ctx context.Context, d *Delivery, done func(error))
+}
+
 // Plan tells a Preparer what the consumer is about to do.
 type Plan struct {
 	// DeadLetterQueue maps a consumed queue to the queue its dead-letter

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,6 +92,9 @@ type Consumer struct {
 	decoder *core.Decoder
 	settles settleContexts
 	running atomic.Bool
+
+	asyncAcker driver.AsyncAcker // rcv, when it acknowledges asynchronously
+	acks       sync.WaitGroup    // asynchronous acknowledgements not done yet
 }
 
 // ConsumerOption configures a Consumer.
@@ -245,6 +249,7 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 		c.onError = func(err error) { c.logger.Error("babelqueue consumer", slog.Any("error", err)) }
 	}
 	c.decoder = core.NewDecoder(core.WithLogger(c.logger))
+	c.asyncAcker, _ = rcv.(driver.AsyncAcker)
 	return c
 }
 
@@ -284,7 +289,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	d.close()
 
 	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
+	go func() { d.wg.Wait(); c.acks.Wait(); close(done) }()
 	timer := time.NewTimer(c.shutdownTimeout)
 	defer timer.Stop()
 	select {

@@ -2,9 +2,11 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -202,5 +204,95 @@ func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
 	}
 	if returned == 0 {
 		t.Fatal("nothing was given back")
+	}
+}
+
+// asyncDriver acknowledges in the background after a delay, as a receiver
+// batching its deletes does, failing the acknowledgements of failSeq.
+type asyncDriver struct {
+	scriptDriver
+	delay   time.Duration
+	mu2     sync.Mutex
+	pending int
+	done    int
+	syncAck atomic.Int64
+}
+
+func (d *asyncDriver) Ack(context.Context, *driver.Delivery) error {
+	d.syncAck.Add(1)
+	return nil
+}
+
+func (d *asyncDriver) AckAsync(_ context.Context, del *driver.Delivery, done func(error)) {
+	d.mu2.Lock()
+	d.pending++
+	d.mu2.Unlock()
+	fail := strings.Contains(string(del.Body), `"seq":3`)
+	time.AfterFunc(d.delay, func() {
+		d.mu2.Lock()
+		d.pending--
+		d.done++
+		d.mu2.Unlock()
+		if fail {
+			done(errors.New("delete failed"))
+			return
+		}
+		done(nil)
+	})
+}
+
+// TestAsyncAcks: with a receiver that acknowledges asynchronously, one
+// handler goes on to the next message without waiting for the round trip,
+// Run returns only once every acknowledgement is done, and a failed one is
+// reported as a SettleError.
+func TestAsyncAcks(t *testing.T) {
+	const n = 20
+	d := &asyncDriver{delay: 50 * time.Millisecond}
+	for i := range n {
+		e, _ := core.New("urn:babel:orders:created", map[string]any{"seq": i}, core.WithQueue("orders"))
+		body, _ := e.Encode()
+		d.queue = append(d.queue, &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}})
+	}
+	var handled atomic.Int64
+	var mu sync.Mutex
+	var settleErrs []error
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithLogger(slog.New(slog.DiscardHandler)),
+		queue.WithErrorHandler(func(err error) { mu.Lock(); settleErrs = append(settleErrs, err); mu.Unlock() }))
+	c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error {
+		handled.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- c.Run(ctx) }()
+	for handled.Load() < n {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("handled %d of %d", handled.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Synchronous acknowledgements would have taken n × 50ms; these overlap.
+	if took := time.Since(start); took > n*d.delay/2 {
+		t.Errorf("%d messages took %v with one handler: the handler waited for its acknowledgements", n, took)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	d.mu2.Lock()
+	pending, done := d.pending, d.done
+	d.mu2.Unlock()
+	if pending != 0 || done != n {
+		t.Errorf("Run returned with %d acknowledgements pending, %d done; want 0 and %d", pending, done, n)
+	}
+	if d.syncAck.Load() != 0 {
+		t.Errorf("%d synchronous Acks, want none", d.syncAck.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var se *queue.SettleError
+	if len(settleErrs) != 1 || !errors.As(settleErrs[0], &se) || se.Op != "ack" {
+		t.Errorf("settle errors = %v, want one ack SettleError", settleErrs)
 	}
 }

@@ -363,8 +363,20 @@ func (c *Consumer) deadLetterNatively(m *Message, dl core.DeadLetter, releaseDel
 
 func (c *Consumer) ack(m *Message, outcome Outcome, start time.Time) {
 	ctx, cancel := c.settleCtx()
-	err := c.rcv.Ack(ctx, m.Delivery)
-	cancel()
+	defer cancel()
+	if c.asyncAcker != nil {
+		c.acks.Add(1)
+		c.asyncAcker.AckAsync(ctx, m.Delivery, func(err error) {
+			defer c.acks.Done()
+			c.acked(m, outcome, start, err)
+		})
+		return
+	}
+	c.acked(m, outcome, start, c.rcv.Ack(ctx, m.Delivery))
+}
+
+// acked records the result of m's acknowledgement.
+func (c *Consumer) acked(m *Message, outcome Outcome, start time.Time, err error) {
 	urn, id := urnOf(m)
 	if err != nil {
 		c.report(&SettleError{Op: "ack", Queue: m.Queue, URN: urn, MessageID: id, Err: err})
