@@ -238,6 +238,23 @@ func topKeyBit(k []byte) uint64 {
 	return 0
 }
 
+// metaKeyBit is topKeyBit for the contract keys of meta.
+func metaKeyBit(k []byte) uint64 {
+	switch string(k) {
+	case "id":
+		return 1
+	case "queue":
+		return 2
+	case "lang":
+		return 4
+	case "schema_version":
+		return 8
+	case "created_at":
+		return 16
+	}
+	return 0
+}
+
 // decodeOptions applies opts apart from Decode, so that Decode's own
 // configuration stays on its stack.
 func decodeOptions(opts []DecodeOption) decodeConfig {
@@ -273,15 +290,26 @@ func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []mem
 		*out, _ = ownedString(val)
 		return nil
 	}
+	// As at the top level, only the last of a duplicated contract key
+	// counts: one backward pass marks the earlier ones.
+	var seenKeys, skip uint64
+	for i := len(spans) - 1; i >= 0; i-- {
+		if bit := metaKeyBit(plainKey(b[spans[i].ks:spans[i].ke])); bit != 0 {
+			if seenKeys&bit != 0 && i < 64 {
+				skip |= 1 << i
+			}
+			seenKeys |= bit
+		}
+	}
 	for i, sp := range spans {
+		if i < 64 && skip&(1<<i) != 0 {
+			continue
+		}
 		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
 		var err error
 		k := plainKey(key)
-		switch string(k) {
-		case "id", "queue", "lang", "schema_version", "created_at":
-			if supersededAt(b, spans, i) {
-				continue
-			}
+		if i >= 64 && metaKeyBit(k) != 0 && supersededAt(b, spans, i) {
+			continue
 		}
 		switch string(k) {
 		case "id":
