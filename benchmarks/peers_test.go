@@ -18,7 +18,14 @@ import (
 const (
 	EnvKafkaBrokers = "BQ_KAFKA_BROKERS" // a real Kafka cluster's seed brokers, comma-separated
 	EnvSQSEndpoint  = "BQ_SQS_ENDPOINT"  // a local SQS server, e.g. http://127.0.0.1:19324
+	EnvRotate       = "BQ_PEERS_ROTATE"  // n: run the implementations in their order rotated by n
 )
+
+// rotate returns s rotated left by n.
+func rotate[T any](s []T, n int) []T {
+	n %= len(s)
+	return append(slices.Clone(s[n:]), s[:n]...)
+}
 
 // workload is the size of every row, the same for every implementation.
 type workload struct {
@@ -85,6 +92,13 @@ func TestMain(m *testing.M) {
 		clusters = append(clusters, cluster{"kafka", strings.Split(env, ",")})
 	}
 	sqsEndpoint = os.Getenv(EnvSQSEndpoint)
+	// -count repeats each row's implementations back to back in the same
+	// order; make bench-peers runs the benchmarks once per count instead,
+	// rotating the order, so that none is always measured first.
+	if n, err := strconv.Atoi(os.Getenv(EnvRotate)); err == nil && n > 0 {
+		kafkaPeers = rotate(kafkaPeers, n)
+		sqsPeers = rotate(sqsPeers, n)
+	}
 	code := m.Run()
 	fake.Close()
 	os.Exit(code)

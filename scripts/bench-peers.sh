@@ -36,6 +36,12 @@ if [ "${PEERS_KAFKA:-}" = 1 ] && [ -z "${BQ_KAFKA_BROKERS:-}" ]; then
 	eval "export $(scripts/kafka-server.sh env)"
 fi
 
-echo "bench-peers: go test -bench . -benchtime 1x -count $count ./benchmarks/ (Kafka: kfake${BQ_KAFKA_BROKERS:+, $BQ_KAFKA_BROKERS}; SQS: ${BQ_SQS_ENDPOINT:-none})" >&2
-(cd benchmarks && go test -run '^$' -bench . -benchtime 1x -count "$count" -timeout 60m .) | tee bench-peers.txt >&2
+# One go test per count, each with the implementations in a rotated order, so
+# that no implementation is always measured first (-count would repeat each
+# one back to back in the same order).
+echo "bench-peers: $count × go test -bench . -benchtime 1x ./benchmarks/ (Kafka: kfake${BQ_KAFKA_BROKERS:+, $BQ_KAFKA_BROKERS}; SQS: ${BQ_SQS_ENDPOINT:-none})" >&2
+: >bench-peers.txt
+for i in $(seq 0 $((count - 1))); do
+	(cd benchmarks && BQ_PEERS_ROTATE=$i go test -run '^$' -bench . -benchtime 1x -count 1 -timeout 60m .) | tee -a bench-peers.txt >&2
+done
 (cd benchmarks && go run ./cmd/peertable) <bench-peers.txt
