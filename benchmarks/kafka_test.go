@@ -18,8 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/babelqueue/transports/core"
-	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/queue"
 	bqkafka "github.com/babelqueue/transports/kafka"
 )
@@ -37,8 +35,7 @@ type kafkaPeer struct {
 }
 
 type kafkaPublisher interface {
-	publish(ctx context.Context, topic string, m msg) error
-	publishBatch(ctx context.Context, topic string, ms []msg) error
+	publisher
 	close()
 }
 
@@ -53,8 +50,8 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // --- this project ---
 
 type bqKafkaPublisher struct {
+	bqPublisher
 	snd *bqkafka.Sender
-	pub *queue.Publisher
 }
 
 func newBQKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
@@ -62,35 +59,7 @@ func newBQKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &bqKafkaPublisher{snd: snd, pub: queue.NewPublisher(snd, queue.WithPublisherLogger(discard()))}
-}
-
-func bqOptions(m msg) []queue.PublishOption {
-	var opts []queue.PublishOption
-	if m.key != "" {
-		opts = append(opts, queue.WithKey(m.key))
-	}
-	if m.stamp {
-		opts = append(opts, queue.WithHeader(headerSent, sentHeader()))
-	}
-	return opts
-}
-
-func (p *bqKafkaPublisher) publish(ctx context.Context, topic string, m msg) error {
-	_, err := p.pub.Publish(ctx, topic, urn, order{m.seq, note}, bqOptions(m)...)
-	return err
-}
-
-func (p *bqKafkaPublisher) publishBatch(ctx context.Context, topic string, ms []msg) error {
-	batch := make([]queue.Outgoing, len(ms))
-	for i, m := range ms {
-		env, err := core.New(urn, order{m.seq, note}, core.WithQueue(topic))
-		if err != nil {
-			return err
-		}
-		batch[i] = queue.Outgoing{Envelope: env, Options: bqOptions(m)}
-	}
-	return p.pub.PublishBatch(ctx, batch)
+	return &bqKafkaPublisher{bqPublisher{queue.NewPublisher(snd, queue.WithPublisherLogger(discard()))}, snd}
 }
 
 func (p *bqKafkaPublisher) close() { _ = p.snd.Close(context.Background()) }
@@ -105,21 +74,7 @@ func consumeBQKafka(tb testing.TB, seeds []string, topic, group string, handlers
 		tb.Fatal(err)
 	}
 	c := queue.NewConsumer(rcv, snd, queue.WithConcurrency(handlers), queue.WithLogger(discard()))
-	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
-		seen(m.Headers[headerSent])
-		return nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Error(err)
-		}
-		_ = rcv.Close(context.Background())
-		_ = snd.Close(context.Background())
-	}
+	return runConsumer(tb, c, seen, rcv.Close, snd.Close)
 }
 
 // --- Watermill (watermill-kafka on Sarama) ---
@@ -223,15 +178,7 @@ func newRawKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	env, err := core.New(urn, order{1, note})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	body, err := env.Encode()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rec := bqkafka.NewSenderFromClient(cl).Record(&driver.Message{Envelope: env, Body: body})
+	rec := bqkafka.NewSenderFromClient(cl).Record(encodedMessage(tb, ""))
 	return &rawKafkaPublisher{cl: cl, template: rec}
 }
 
@@ -363,17 +310,6 @@ func committed(ctx context.Context, adm *kadm.Client, group, topic string, n int
 	return sum >= n
 }
 
-func msgs(n int, keys int) []msg {
-	out := make([]msg, n)
-	for i := range out {
-		out[i] = msg{seq: i}
-		if keys > 0 {
-			out[i].key = "key-" + strconv.Itoa(i%keys)
-		}
-	}
-	return out
-}
-
 // BenchmarkKafka runs every row for every implementation on every cluster:
 // BenchmarkKafka/<cluster>/<row>/<implementation>.
 func BenchmarkKafka(b *testing.B) {
@@ -420,70 +356,23 @@ var kafkaRows = []kafkaRow{
 
 func rowSyncPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
-	topic := createTopic(b, seeds, partitions)
 	pub := p.publisher(b, seeds)
 	defer pub.close()
-	ctx := context.Background()
-	if err := pub.publish(ctx, topic, msg{}); err != nil { // connect and learn the metadata
-		b.Fatal(err)
-	}
-	b.StartTimer()
-	start := time.Now()
-	for i := range load.syncPublish {
-		if err := pub.publish(ctx, topic, msg{seq: i}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	m.add("msgs/s", float64(load.syncPublish)/time.Since(start).Seconds())
+	measureSyncPublish(b, createTopic(b, seeds, partitions), pub, m)
 }
 
 func rowConcurrentPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
-	topic := createTopic(b, seeds, partitions)
 	pub := p.publisher(b, seeds)
 	defer pub.close()
-	ctx := context.Background()
-	if err := pub.publish(ctx, topic, msg{}); err != nil {
-		b.Fatal(err)
-	}
-	b.StartTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
-	for w := range publishers {
-		wg.Go(func() {
-			for i := w; i < load.concurrent; i += publishers {
-				if err := pub.publish(ctx, topic, msg{seq: i}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	m.add("msgs/s", float64(load.concurrent)/time.Since(start).Seconds())
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
+	measureConcurrentPublish(b, createTopic(b, seeds, partitions), pub, m)
 }
 
 func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
-	topic := createTopic(b, seeds, partitions)
 	pub := p.publisher(b, seeds)
 	defer pub.close()
-	ctx := context.Background()
-	if err := pub.publish(ctx, topic, msg{}); err != nil {
-		b.Fatal(err)
-	}
-	batch := msgs(load.batch, 0)
-	b.StartTimer()
-	start := time.Now()
-	if err := pub.publishBatch(ctx, topic, batch); err != nil {
-		b.Fatal(err)
-	}
-	m.add("msgs/s", float64(load.batch)/time.Since(start).Seconds())
+	measureBatchPublish(b, createTopic(b, seeds, partitions), pub, m)
 }
 
 // rowConsume publishes load.consume ahead, then consumes them: msgs/s is the
@@ -501,25 +390,9 @@ func rowConsume(b bench, seeds []string, p kafkaPeer, m *metrics, handlers int) 
 	adm, closeAdm := admin(b, seeds)
 	defer closeAdm()
 	group := freshName("g")
-	t := newTally(load.consume, 0)
-	b.StartTimer()
-	start := time.Now()
-	stop := p.consume(b, seeds, topic, group, handlers, t.seen)
-	t.wait(b, 2*time.Minute)
-	handled := time.Since(start)
-	deadline := time.Now().Add(time.Minute)
-	for !committed(context.Background(), adm, group, topic, int64(load.consume)) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: offsets not committed a minute after all were handled", p.name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	all := time.Since(start)
-	b.StopTimer()
-	stop()
-	m.add("msgs/s", t.steady())
-	m.add("handled-ms", ms(handled))
-	m.add("committed-ms", ms(all))
+	measureConsume(b, p.name, m,
+		func(seen func(string)) func() { return p.consume(b, seeds, topic, group, handlers, seen) },
+		func() bool { return committed(context.Background(), adm, group, topic, int64(load.consume)) })
 }
 
 // rowLatency publishes load.latency messages, one every latencyPace, to a
@@ -559,19 +432,7 @@ func rowLatency(b bench, seeds []string, p kafkaPeer, m *metrics) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	b.StartTimer()
-	tick := time.NewTicker(latencyPace)
-	defer tick.Stop()
-	for i := range load.latency {
-		<-tick.C
-		if err := pub.publish(ctx, topic, msg{seq: i, stamp: true}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat.wait(b, time.Minute)
-	b.StopTimer()
-	m.add("p50-µs", us(lat.percentile(50)))
-	m.add("p99-µs", us(lat.percentile(99)))
+	measureLatency(b, topic, pub, lat, m)
 }
 
 func admin(tb testing.TB, seeds []string) (*kadm.Client, func()) {

@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -12,6 +13,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
 )
 
 // Environment variables that add servers to the in-process kfake cluster.
@@ -118,6 +123,18 @@ type msg struct {
 	stamp bool
 }
 
+// msgs returns n messages, keyed round-robin over keys keys (none for 0).
+func msgs(n int, keys int) []msg {
+	out := make([]msg, n)
+	for i := range out {
+		out[i] = msg{seq: i}
+		if keys > 0 {
+			out[i].key = "key-" + strconv.Itoa(i%keys)
+		}
+	}
+	return out
+}
+
 // headerSent is the header that carries the send time in UnixNano.
 const headerSent = "x-sent-ns"
 
@@ -200,6 +217,188 @@ func (t *tally) percentile(p float64) time.Duration {
 	slices.Sort(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// publisher is one implementation's synchronous publishing to a topic or
+// queue, safe for concurrent use.
+type publisher interface {
+	publish(ctx context.Context, dest string, m msg) error
+	publishBatch(ctx context.Context, dest string, ms []msg) error
+}
+
+// measureSyncPublish times load.syncPublish sequential publishes to dest,
+// after one untimed publish that connects and learns the metadata. The
+// timer is stopped on entry.
+func measureSyncPublish(b bench, dest string, pub publisher, m *metrics) {
+	ctx := context.Background()
+	if err := pub.publish(ctx, dest, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	for i := range load.syncPublish {
+		if err := pub.publish(ctx, dest, msg{seq: i}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m.add("msgs/s", float64(load.syncPublish)/time.Since(start).Seconds())
+}
+
+// measureConcurrentPublish times load.concurrent publishes shared by
+// publishers goroutines.
+func measureConcurrentPublish(b bench, dest string, pub publisher, m *metrics) {
+	ctx := context.Background()
+	if err := pub.publish(ctx, dest, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w; i < load.concurrent; i += publishers {
+				if err := pub.publish(ctx, dest, msg{seq: i}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m.add("msgs/s", float64(load.concurrent)/time.Since(start).Seconds())
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// measureBatchPublish times one batched publish of load.batch messages.
+func measureBatchPublish(b bench, dest string, pub publisher, m *metrics) {
+	ctx := context.Background()
+	if err := pub.publish(ctx, dest, msg{}); err != nil {
+		b.Fatal(err)
+	}
+	batch := msgs(load.batch, 0)
+	b.StartTimer()
+	start := time.Now()
+	if err := pub.publishBatch(ctx, dest, batch); err != nil {
+		b.Fatal(err)
+	}
+	m.add("msgs/s", float64(load.batch)/time.Since(start).Seconds())
+}
+
+// bqPublisher is this project's Publisher on any driver.
+type bqPublisher struct{ pub *queue.Publisher }
+
+func bqOptions(m msg) []queue.PublishOption {
+	var opts []queue.PublishOption
+	if m.key != "" {
+		opts = append(opts, queue.WithKey(m.key))
+	}
+	if m.stamp {
+		opts = append(opts, queue.WithHeader(headerSent, sentHeader()))
+	}
+	return opts
+}
+
+func (p bqPublisher) publish(ctx context.Context, dest string, m msg) error {
+	_, err := p.pub.Publish(ctx, dest, urn, order{m.seq, note}, bqOptions(m)...)
+	return err
+}
+
+func (p bqPublisher) publishBatch(ctx context.Context, dest string, ms []msg) error {
+	batch := make([]queue.Outgoing, len(ms))
+	for i, m := range ms {
+		env, err := core.New(urn, order{m.seq, note}, core.WithQueue(dest))
+		if err != nil {
+			return err
+		}
+		batch[i] = queue.Outgoing{Envelope: env, Options: bqOptions(m)}
+	}
+	return p.pub.PublishBatch(ctx, batch)
+}
+
+// measureLatency publishes load.latency stamped messages to dest, one every
+// latencyPace, for a running consumer that feeds lat, and reports the
+// percentiles of the time from before each synchronous publish to its
+// handler. The timer is stopped on entry.
+func measureLatency(b bench, dest string, pub publisher, lat *tally, m *metrics) {
+	b.StartTimer()
+	tick := time.NewTicker(latencyPace)
+	defer tick.Stop()
+	for i := range load.latency {
+		<-tick.C
+		if err := pub.publish(context.Background(), dest, msg{seq: i, stamp: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat.wait(b, time.Minute)
+	b.StopTimer()
+	m.add("p50-µs", us(lat.percentile(50)))
+	m.add("p99-µs", us(lat.percentile(99)))
+}
+
+// measureConsume starts a consumer of load.consume messages published
+// ahead and reports the steady rate from the first handled to the last,
+// and the time from the start (group join included) to all handled and to
+// settled (offsets committed, messages deleted) reporting true. The timer
+// is stopped on entry.
+func measureConsume(b bench, name string, m *metrics, start func(seen func(string)) (stop func()), settled func() bool) {
+	t := newTally(load.consume, 0)
+	b.StartTimer()
+	began := time.Now()
+	stop := start(t.seen)
+	t.wait(b, 5*time.Minute)
+	handled := time.Since(began)
+	deadline := time.Now().Add(time.Minute)
+	for !settled() {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not all settled a minute after all were handled", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	all := time.Since(began)
+	b.StopTimer()
+	stop()
+	m.add("msgs/s", t.steady())
+	m.add("handled-ms", ms(handled))
+	m.add("committed-ms", ms(all))
+}
+
+// runConsumer runs c with a handler that calls seen with each message's
+// send-time header; the returned stop ends it and then runs closers.
+func runConsumer(tb testing.TB, c *queue.Consumer, seen func(string), closers ...func(context.Context) error) (stop func()) {
+	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
+		seen(m.Headers[headerSent])
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
+		}
+		for _, cl := range closers {
+			_ = cl(context.Background())
+		}
+	}
+}
+
+// encodedMessage is one message as this project's Publisher hands it to a
+// driver, for the raw clients to send as it is.
+func encodedMessage(tb testing.TB, queueName string) *driver.Message {
+	env, err := core.New(urn, order{1, note})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body, err := env.Encode()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &driver.Message{Envelope: env, Body: body, Queue: queueName}
 }
 
 // bench is what a row needs of a *testing.B; TestRows runs the rows with a

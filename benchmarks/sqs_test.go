@@ -13,8 +13,6 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/babelqueue/transports/core"
-	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/queue"
 	bqsqs "github.com/babelqueue/transports/sqs"
 )
@@ -24,13 +22,8 @@ import (
 // the AWS SDK alone.
 type sqsPeer struct {
 	name      string
-	publisher func(tb testing.TB, api *awssqs.Client) sqsPublisher
+	publisher func(tb testing.TB, api *awssqs.Client) publisher
 	consume   func(tb testing.TB, api *awssqs.Client, queueName string, handlers int, seen func(sent string)) (stop func())
-}
-
-type sqsPublisher interface {
-	publish(ctx context.Context, queueName string, m msg) error
-	publishBatch(ctx context.Context, queueName string, ms []msg) error
 }
 
 var sqsPeers = []sqsPeer{
@@ -63,47 +56,17 @@ func createQueue(tb testing.TB, api *awssqs.Client) (string, string) {
 
 // --- this project ---
 
-type bqSQSPublisher struct{ pub *queue.Publisher }
-
-func newBQSQSPublisher(_ testing.TB, api *awssqs.Client) sqsPublisher {
-	return &bqSQSPublisher{pub: queue.NewPublisher(bqsqs.NewSender(api, bqsqs.WithLogger(discard())), queue.WithPublisherLogger(discard()))}
+func newBQSQSPublisher(_ testing.TB, api *awssqs.Client) publisher {
+	return bqPublisher{queue.NewPublisher(bqsqs.NewSender(api, bqsqs.WithLogger(discard())), queue.WithPublisherLogger(discard()))}
 }
 
-func (p *bqSQSPublisher) publish(ctx context.Context, q string, m msg) error {
-	_, err := p.pub.Publish(ctx, q, urn, order{m.seq, note}, bqOptions(m)...)
-	return err
-}
-
-func (p *bqSQSPublisher) publishBatch(ctx context.Context, q string, ms []msg) error {
-	batch := make([]queue.Outgoing, len(ms))
-	for i, m := range ms {
-		env, err := core.New(urn, order{m.seq, note}, core.WithQueue(q))
-		if err != nil {
-			return err
-		}
-		batch[i] = queue.Outgoing{Envelope: env, Options: bqOptions(m)}
-	}
-	return p.pub.PublishBatch(ctx, batch)
-}
-
-func consumeBQSQS(_ testing.TB, api *awssqs.Client, q string, handlers int, seen func(string)) func() {
+func consumeBQSQS(tb testing.TB, api *awssqs.Client, q string, handlers int, seen func(string)) func() {
 	rcv := bqsqs.NewReceiver(api, q, bqsqs.WithLogger(discard()), bqsqs.WithWaitTime(time.Second))
 	// A batch of 10 per handler: the receiver runs that many long polls at
 	// once, as the raw loop runs one per handler.
 	c := queue.NewConsumer(rcv, bqsqs.NewSender(api, bqsqs.WithLogger(discard())),
 		queue.WithConcurrency(handlers), queue.WithBatchSize(10*handlers), queue.WithLogger(discard()))
-	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
-		seen(m.Headers[headerSent])
-		return nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	return func() {
-		cancel()
-		<-done
-		_ = rcv.Close(context.Background())
-	}
+	return runConsumer(tb, c, seen, rcv.Close)
 }
 
 // --- the AWS SDK, sending this project's encoded envelopes and attributes ---
@@ -115,16 +78,8 @@ type rawSQSPublisher struct {
 	urls     map[string]string
 }
 
-func newRawSQSPublisher(tb testing.TB, api *awssqs.Client) sqsPublisher {
-	env, err := core.New(urn, order{1, note})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	body, err := env.Encode()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	in, err := bqsqs.NewSender(api).Input(&driver.Message{Envelope: env, Body: body, Queue: "q"})
+func newRawSQSPublisher(tb testing.TB, api *awssqs.Client) publisher {
+	in, err := bqsqs.NewSender(api).Input(encodedMessage(tb, "q"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -277,66 +232,19 @@ func BenchmarkSQS(b *testing.B) {
 func sqsSyncPublish(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
 	b.StopTimer()
 	q, _ := createQueue(b, api)
-	pub := p.publisher(b, api)
-	ctx := context.Background()
-	if err := pub.publish(ctx, q, msg{}); err != nil {
-		b.Fatal(err)
-	}
-	b.StartTimer()
-	start := time.Now()
-	for i := range load.syncPublish {
-		if err := pub.publish(ctx, q, msg{seq: i}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	m.add("msgs/s", float64(load.syncPublish)/time.Since(start).Seconds())
+	measureSyncPublish(b, q, p.publisher(b, api), m)
 }
 
 func sqsConcurrentPublish(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
 	b.StopTimer()
 	q, _ := createQueue(b, api)
-	pub := p.publisher(b, api)
-	ctx := context.Background()
-	if err := pub.publish(ctx, q, msg{}); err != nil {
-		b.Fatal(err)
-	}
-	b.StartTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
-	for w := range publishers {
-		wg.Go(func() {
-			for i := w; i < load.concurrent; i += publishers {
-				if err := pub.publish(ctx, q, msg{seq: i}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	m.add("msgs/s", float64(load.concurrent)/time.Since(start).Seconds())
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
+	measureConcurrentPublish(b, q, p.publisher(b, api), m)
 }
 
 func sqsBatchPublish(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
 	b.StopTimer()
 	q, _ := createQueue(b, api)
-	pub := p.publisher(b, api)
-	ctx := context.Background()
-	if err := pub.publish(ctx, q, msg{}); err != nil {
-		b.Fatal(err)
-	}
-	batch := msgs(load.batch, 0)
-	b.StartTimer()
-	start := time.Now()
-	if err := pub.publishBatch(ctx, q, batch); err != nil {
-		b.Fatal(err)
-	}
-	m.add("msgs/s", float64(load.batch)/time.Since(start).Seconds())
+	measureBatchPublish(b, q, p.publisher(b, api), m)
 }
 
 // sqsConsume publishes load.consume ahead, then consumes them: msgs/s is the
@@ -348,25 +256,9 @@ func sqsConsume(b bench, api *awssqs.Client, p sqsPeer, m *metrics, handlers int
 	if err := p.publisher(b, api).publishBatch(context.Background(), q, msgs(load.consume, 0)); err != nil {
 		b.Fatal(err)
 	}
-	t := newTally(load.consume, 0)
-	b.StartTimer()
-	start := time.Now()
-	stop := p.consume(b, api, q, handlers, t.seen)
-	t.wait(b, 5*time.Minute)
-	handled := time.Since(start)
-	deadline := time.Now().Add(time.Minute)
-	for !sqsDrained(api, u) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: messages not deleted a minute after all were handled", p.name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	all := time.Since(start)
-	b.StopTimer()
-	stop()
-	m.add("msgs/s", t.steady())
-	m.add("handled-ms", ms(handled))
-	m.add("committed-ms", ms(all))
+	measureConsume(b, p.name, m,
+		func(seen func(string)) func() { return p.consume(b, api, q, handlers, seen) },
+		func() bool { return sqsDrained(api, u) })
 }
 
 // sqsDrained reports whether the queue holds no message, visible or not.
@@ -384,7 +276,6 @@ func sqsLatency(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
 	b.StopTimer()
 	q, _ := createQueue(b, api)
 	pub := p.publisher(b, api)
-	ctx := context.Background()
 	lat := newTally(load.latency, 0)
 	stop := p.consume(b, api, q, 1, func(sent string) {
 		if sent != "" {
@@ -392,19 +283,7 @@ func sqsLatency(b bench, api *awssqs.Client, p sqsPeer, m *metrics) {
 		}
 	})
 	defer stop()
-	b.StartTimer()
-	tick := time.NewTicker(latencyPace)
-	defer tick.Stop()
-	for i := range load.latency {
-		<-tick.C
-		if err := pub.publish(ctx, q, msg{seq: i, stamp: true}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat.wait(b, time.Minute)
-	b.StopTimer()
-	m.add("p50-µs", us(lat.percentile(50)))
-	m.add("p99-µs", us(lat.percentile(99)))
+	measureLatency(b, q, pub, lat, m)
 }
 
 // TestSQSRows runs every SQS row of both implementations once on a small
