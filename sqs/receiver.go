@@ -74,6 +74,7 @@ type Receiver struct {
 	pollsDone  uint64             // ReceiveMessage calls finished
 	ready      []*driver.Delivery // received, not handed out yet
 	pollErr    error              // the last failed poll's, for the next Receive
+	abandoned  bool               // the last Receive gave up waiting (its ctx ended)
 	pollNotify chan struct{}      // a poll finished
 	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
 	pollStop   context.CancelFunc
@@ -172,6 +173,7 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 	want := min((limit+MaxBatch-1)/MaxBatch, maxPolls)
 	r.pollMu.Lock()
 	seen := r.pollsDone
+	r.abandoned = false
 	r.pollMu.Unlock()
 	for {
 		r.pollMu.Lock()
@@ -200,6 +202,12 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 		select {
 		case <-r.pollNotify:
 		case <-ctx.Done():
+			// Nobody waits for the polls still running: what they bring
+			// is handed back at once rather than held for a next Receive
+			// that may never come.
+			r.pollMu.Lock()
+			r.abandoned = true
+			r.pollMu.Unlock()
 			return nil, ctx.Err()
 		}
 	}
@@ -233,8 +241,16 @@ func (r *Receiver) poll(url string, n int32) {
 	if err != nil && r.pollCtx.Err() == nil {
 		r.pollErr = fmt.Errorf("babelqueue/sqs: ReceiveMessage: %w", err)
 	}
-	r.ready = append(r.ready, ds...)
+	abandoned := r.abandoned
+	if !abandoned {
+		r.ready = append(r.ready, ds...)
+	}
 	r.pollMu.Unlock()
+	if abandoned {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r.handBack(ctx, ds)
+		cancel()
+	}
 	select {
 	case r.pollNotify <- struct{}{}:
 	default:

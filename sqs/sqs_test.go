@@ -317,3 +317,30 @@ func TestOneHandlerBatchesDeletes(t *testing.T) {
 		t.Errorf("after the consumer stopped: %d messages came back (%v), want 0", len(ds), err)
 	}
 }
+
+// A Receive given up by its context leaves its long poll running (cutting
+// it short could strand what the server already took); a message that poll
+// brings is made visible again at once, not held for the visibility timeout.
+func TestAbandonedPollHandsBack(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	r := newTestReceiver(t, q, WithWaitTime(2*time.Second), WithVisibilityTimeout(60*time.Second), WithHeartbeat(20*time.Second))
+	defer r.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if ds, err := r.Receive(ctx, 10); !errors.Is(err, context.DeadlineExceeded) || len(ds) != 0 {
+		t.Fatalf("Receive = %d deliveries, %v; want none and the deadline", len(ds), err)
+	}
+	publish(t, snd, q, map[string]any{"n": 1}) // the abandoned long poll takes it
+	time.Sleep(500 * time.Millisecond)
+	other := newTestReceiver(t, q)
+	defer other.Close(context.Background())
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ds, _ := other.Receive(context.Background(), 10)
+		if len(ds) == 1 {
+			return
+		}
+	}
+	t.Fatal("the message the abandoned poll took did not come back within 5s (its visibility timeout is 60s)")
+}
