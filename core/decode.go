@@ -97,7 +97,8 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		return nil, decodeErr(ErrMalformed, "", "envelope is %s, not an object", jsonKind(b))
 	}
 
-	e := &Envelope{}
+	var env Envelope // on the stack until the end: see boxed
+	e := &env
 	var (
 		haveJob, haveURN, haveMeta, haveData bool
 		aliasURN, aliasRaw                   []byte
@@ -198,7 +199,6 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		}
 		e.URN, _ = ownedString(aliasURN)
 	}
-	e.extra, e.Meta.extra = keepBoth(extras, metaExtras)
 	if strings.TrimSpace(e.URN) == "" {
 		return nil, decodeErr(ErrNoURN, "/job", "")
 	}
@@ -214,7 +214,53 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	if e.Meta.SchemaVersion != SchemaVersion {
 		return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "missing")
 	}
-	return e, nil
+	return boxed(&env, extras, metaExtras), nil
+}
+
+// An envelope and room for its first unknown members (both levels
+// together), in one allocation: a small box for the usual one or two, a
+// larger one for up to eight.
+type (
+	envelopeBox2 struct {
+		e  Envelope
+		ex [2]member
+	}
+	envelopeBox8 struct {
+		e  Envelope
+		ex [8]member
+	}
+)
+
+// boxed returns a heap copy of env holding heap copies of the unknown
+// members gathered: one allocation for up to eight, two beyond.
+func boxed(env *Envelope, top, meta []member) *Envelope {
+	n := len(top) + len(meta)
+	var e *Envelope
+	var all []member
+	switch {
+	case n == 0:
+		e = new(Envelope)
+		*e = *env
+		return e
+	case n <= 2:
+		box := &envelopeBox2{e: *env}
+		e, all = &box.e, box.ex[:0:n]
+	case n <= 8:
+		box := &envelopeBox8{e: *env}
+		e, all = &box.e, box.ex[:0:n]
+	default:
+		e, all = new(Envelope), make([]member, 0, n)
+		*e = *env
+	}
+	all = append(append(all, top...), meta...)
+	e.extra, e.Meta.extra = nil, nil
+	if len(top) > 0 {
+		e.extra = all[:len(top):len(top)]
+	}
+	if len(meta) > 0 {
+		e.Meta.extra = all[len(top):]
+	}
+	return e
 }
 
 // topKeyBit numbers the contract's top-level keys (0: any other key).

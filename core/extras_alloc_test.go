@@ -9,8 +9,8 @@ import (
 )
 
 // TestUnknownKeysDoNotAllocatePerKey checks that carrying unknown keys costs
-// the same allocations whether a message has one or sixteen of them at each
-// level: the codec keeps them as slices of the decoded buffer.
+// no allocation per key: the codec keeps them as slices of the decoded
+// buffer, the first few in the envelope's own allocation, more in one slice.
 func TestUnknownKeysDoNotAllocatePerKey(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
@@ -33,16 +33,18 @@ func TestUnknownKeysDoNotAllocatePerKey(t *testing.T) {
 			}
 		})
 	}
+	// A few unknown members share the envelope's allocation; more take one
+	// slice, whatever their number.
 	one, sixteen := allocs(1), allocs(16)
-	if sixteen > one {
+	if sixteen > one+1 {
 		t.Errorf("decode + attempts+1 + encode: %v allocations with 1 unknown key per level, %v with 16", one, sixteen)
 	}
 }
 
 // TestRetryHopAllocations bounds the retry hop (decode → attempts+1 →
-// encode, unknown keys at both levels) at 5 allocations; it takes 4 today:
-// the body copy, the envelope, its unknown members of both levels (one
-// slice) and the encoded bytes. The envelope's strings share the body copy.
+// encode, unknown keys at both levels) at 5 allocations; it takes 3 today:
+// the body copy, the envelope with its few unknown members of both levels,
+// and the encoded bytes. The envelope's strings share the body copy.
 func TestRetryHopAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
@@ -65,7 +67,7 @@ func TestRetryHopAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if decodeOnly > 3 {
-		t.Errorf("Decode takes %v allocations, want at most 3 (the body copy, the envelope, its unknown members)", decodeOnly)
+	if decodeOnly > 2 {
+		t.Errorf("Decode takes %v allocations, want at most 2 (the body copy, the envelope with its unknown members)", decodeOnly)
 	}
 }

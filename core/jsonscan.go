@@ -95,25 +95,6 @@ func supersededAt(b []byte, spans []span, k int) bool {
 // the one exact-size copy Decode keeps.
 const inlineExtras = 16
 
-// keepBoth returns heap copies of the top-level and meta members gathered,
-// in one allocation.
-func keepBoth(top, meta []member) (topOut, metaOut []member) {
-	if len(top)+len(meta) == 0 {
-		return nil, nil
-	}
-	all := make([]member, 0, len(top)+len(meta))
-	all = append(all, top...)
-	all = append(all, meta...)
-	topOut, metaOut = all[:len(top):len(top)], all[len(top):]
-	if len(topOut) == 0 {
-		topOut = nil
-	}
-	if len(metaOut) == 0 {
-		metaOut = nil
-	}
-	return topOut, metaOut
-}
-
 // ownedString is unquote for a string inside the decoder's own copy of the
 // body, which is never written again: a string without escapes is that
 // copy's bytes, shared, with no allocation.
