@@ -75,6 +75,7 @@ type Receiver struct {
 	ready      []*driver.Delivery // received, not handed out yet
 	pollErr    error              // the last failed poll's, for the next Receive
 	abandoned  bool               // the last Receive gave up waiting (its ctx ended)
+	backlog    bool               // the last poll came back full
 	pollNotify chan struct{}      // a poll finished
 	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
 	pollStop   context.CancelFunc
@@ -149,11 +150,11 @@ func (r *Receiver) queueURL(ctx context.Context) (string, error) {
 }
 
 // Receive implements driver.Receiver with long-polling ReceiveMessage
-// calls: one for a limit up to 10 (MaxBatch), ceil(limit/10) at once for
-// more (queue.WithBatchSize(40) runs four), up to maxPolls. It returns as
-// soon as one of them brings messages, or with none when one comes back
-// empty after the wait time; the others run on, and what they bring waits
-// for the next Receive. A poll is never cancelled with ctx: a
+// calls: one, or, for a limit above 10 (MaxBatch) while the last poll came
+// back full (a backlog), ceil(limit/10) at once (queue.WithBatchSize(40)
+// runs four), up to maxPolls. It returns as soon as one of them brings
+// messages, or with none when one comes back empty after the wait time;
+// the others run on, and what they bring waits for the next Receive. A poll is never cancelled with ctx: a
 // long poll cut short may already have taken messages on the server, which
 // would then stay invisible for the whole visibility timeout. Close gives
 // the polls still running rescueGrace to finish, and makes whatever was
@@ -170,8 +171,11 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 		return nil, err
 	}
 	limit = max(limit, 1)
-	want := min((limit+MaxBatch-1)/MaxBatch, maxPolls)
 	r.pollMu.Lock()
+	want := 1
+	if r.backlog { // the last poll came back full: more are waiting
+		want = min((limit+MaxBatch-1)/MaxBatch, maxPolls)
+	}
 	seen := r.pollsDone
 	r.abandoned = false
 	r.pollMu.Unlock()
@@ -240,6 +244,9 @@ func (r *Receiver) poll(url string, n int32) {
 	r.pollsDone++
 	if err != nil && r.pollCtx.Err() == nil {
 		r.pollErr = fmt.Errorf("babelqueue/sqs: ReceiveMessage: %w", err)
+	}
+	if err == nil {
+		r.backlog = len(ds) == int(n) && n == MaxBatch
 	}
 	abandoned := r.abandoned
 	if !abandoned {

@@ -148,7 +148,13 @@ func walk(ctx context.Context, ep *endpoint, t target, cmd command, w *writer, b
 		if time.Since(last) > cmd.filters.Wait {
 			break
 		}
-		ds, err := ep.rcv.Receive(ctx, 64)
+		// No more than the limit still wants: a receive takes what it
+		// gets out of sight (SQS runs a long poll per 10 asked for).
+		want := 64
+		if limit > 0 {
+			want = min(want, max(limit-sum.matched, 1))
+		}
+		ds, err := ep.rcv.Receive(ctx, want)
 		if err != nil {
 			if ctx.Err() != nil {
 				sum.interrupted = true
