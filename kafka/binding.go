@@ -42,24 +42,23 @@ func Project(m *driver.Message, topic string, key []byte) *kgo.Record {
 		// The contract headers' values share one buffer: one allocation
 		// instead of one each.
 		buf := make([]byte, 0, len(e.URN)+len(e.TraceID)+len(e.Meta.ID)+len(e.Meta.Lang)+2*20)
-		value := func(b []byte) []byte {
-			start := len(buf)
-			buf = append(buf, b...)
-			return buf[start:len(buf):len(buf)]
-		}
 		str := func(s string) []byte {
 			start := len(buf)
 			buf = append(buf, s...)
 			return buf[start:len(buf):len(buf)]
 		}
-		var num [20]byte
+		num := func(n int) []byte {
+			start := len(buf)
+			buf = strconv.AppendInt(buf, int64(n), 10)
+			return buf[start:len(buf):len(buf)]
+		}
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderJob, Value: str(e.URN)},
 			kgo.RecordHeader{Key: HeaderTraceID, Value: str(e.TraceID)},
 			kgo.RecordHeader{Key: HeaderMessageID, Value: str(e.Meta.ID)},
-			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: value(strconv.AppendInt(num[:0], int64(e.Meta.SchemaVersion), 10))},
+			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: num(e.Meta.SchemaVersion)},
 			kgo.RecordHeader{Key: HeaderSourceLang, Value: str(e.Meta.Lang)},
-			kgo.RecordHeader{Key: HeaderAttempts, Value: value(strconv.AppendInt(num[:0], int64(e.Attempts), 10))},
+			kgo.RecordHeader{Key: HeaderAttempts, Value: num(e.Attempts)},
 		)
 		r.Timestamp = time.UnixMilli(e.Meta.CreatedAt)
 	}

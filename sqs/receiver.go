@@ -154,11 +154,14 @@ func (r *Receiver) queueURL(ctx context.Context) (string, error) {
 // back full (a backlog), ceil(limit/10) at once (queue.WithBatchSize(40)
 // runs four), up to maxPolls. It returns as soon as one of them brings
 // messages, or with none when one comes back empty after the wait time;
-// the others run on, and what they bring waits for the next Receive. A poll is never cancelled with ctx: a
-// long poll cut short may already have taken messages on the server, which
-// would then stay invisible for the whole visibility timeout. Close gives
-// the polls still running rescueGrace to finish, and makes whatever was
-// received and not handed out visible again at once.
+// the others run on, and what they bring waits for the next Receive.
+//
+// A poll is never cancelled with ctx: a long poll cut short may already
+// have taken messages on the server, which would then stay invisible for
+// the whole visibility timeout. Once a Receive has returned with ctx's
+// error, what the polls still running bring is made visible again at once;
+// Close gives them rescueGrace to finish, and makes whatever was received
+// and not handed out visible again.
 func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, error) {
 	r.mu.Lock()
 	closed := r.closed
@@ -472,23 +475,32 @@ func (r *Receiver) extend() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.heartbeat)
 	defer cancel()
+	if err := r.setVisibility(ctx, toks, int32(r.cfg.visibility/time.Second)); err != nil && !errors.Is(err, context.Canceled) {
+		r.log.Warn("babelqueue/sqs: visibility heartbeat failed", slog.String("queue", r.queue), slog.Any("error", err))
+	}
+}
+
+// setVisibility sets the visibility timeout of toks to secs, in
+// ChangeMessageVisibilityBatch requests of up to 10, and returns the last
+// request's error.
+func (r *Receiver) setVisibility(ctx context.Context, toks []*token, secs int32) error {
 	u, err := r.queueURL(ctx)
 	if err != nil {
-		return
+		return err
 	}
-	for start := 0; start < len(toks); start += MaxBatch {
-		chunk := toks[start:min(start+MaxBatch, len(toks))]
+	var last error
+	for chunk := range slices.Chunk(toks, MaxBatch) {
 		in := &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u)}
 		for i, tok := range chunk {
 			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(tok.handle),
-				VisibilityTimeout: int32(r.cfg.visibility / time.Second),
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: secs,
 			})
 		}
-		if _, err := r.api.ChangeMessageVisibilityBatch(ctx, in); err != nil && !errors.Is(err, context.Canceled) {
-			r.log.Warn("babelqueue/sqs: visibility heartbeat failed", slog.String("queue", r.queue), slog.Any("error", err))
+		if _, err := r.api.ChangeMessageVisibilityBatch(ctx, in); err != nil {
+			last = err
 		}
 	}
+	return last
 }
 
 // As sets target, a *ReceiverAPI (or **sqs.Client when the API is one), to
@@ -556,29 +568,18 @@ func (r *Receiver) Close(ctx context.Context) error {
 
 // handBack makes deliveries never handed out visible again at once.
 func (r *Receiver) handBack(ctx context.Context, ds []*driver.Delivery) {
-	if len(ds) == 0 {
+	toks := make([]*token, 0, len(ds))
+	for _, d := range ds {
+		if tok, err := r.tokenOf(d); err == nil {
+			toks = append(toks, tok)
+		}
+	}
+	if len(toks) == 0 {
 		return
 	}
-	u, err := r.queueURL(ctx)
-	if err != nil {
-		return
-	}
-	for start := 0; start < len(ds); start += MaxBatch {
-		chunk := ds[start:min(start+MaxBatch, len(ds))]
-		in := &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u)}
-		for i, d := range chunk {
-			tok, err := r.tokenOf(d)
-			if err != nil {
-				continue
-			}
-			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: 0,
-			})
-		}
-		if _, err := r.api.ChangeMessageVisibilityBatch(ctx, in); err != nil {
-			r.log.Warn("babelqueue/sqs: messages received as the consumer stopped stay invisible until their visibility timeout",
-				slog.String("queue", r.queue), slog.Int("messages", len(chunk)), slog.Any("error", err))
-		}
+	if err := r.setVisibility(ctx, toks, 0); err != nil {
+		r.log.Warn("babelqueue/sqs: messages received as the consumer stopped stay invisible until their visibility timeout",
+			slog.String("queue", r.queue), slog.Int("messages", len(toks)), slog.Any("error", err))
 	}
 }
 
