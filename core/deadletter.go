@@ -154,17 +154,15 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 	extras := stack[:0]
 	var spanBuf [inlineSpans]span
 	spans := objectSpans(b, 0, spanBuf[:0])
-	for i, sp := range spans {
-		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
-		var err error
-		name := plainKey(key)
-		switch string(name) {
-		case "reason", "error", "exception", "original_queue", "lang", "failed_at", "attempts":
-			if supersededAt(b, spans, i) {
-				continue
-			}
+	classify(b, spans, deadLetterClass)
+	for i := range spans {
+		sp := &spans[i]
+		if sp.dup {
+			continue
 		}
-		switch string(name) {
+		val := b[sp.vs:sp.ve]
+		var err error
+		switch string(sp.name(b)) {
 		case "reason":
 			var s string
 			err = str("/dead_letter/reason", val, &s)
@@ -190,7 +188,7 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 			}
 			d.Attempts = n
 		default:
-			extras = append(extras, member{key, val})
+			extras = append(extras, memberAt(b, sp))
 		}
 		if err != nil {
 			return err
@@ -198,6 +196,27 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 	}
 	d.extra = keep(extras)
 	return nil
+}
+
+// deadLetterClass numbers the contract keys of dead_letter (see classify).
+func deadLetterClass(k []byte) uint8 {
+	switch string(k) {
+	case "reason":
+		return 1
+	case "error":
+		return 2
+	case "exception":
+		return 3
+	case "original_queue":
+		return 4
+	case "lang":
+		return 5
+	case "failed_at":
+		return 6
+	case "attempts":
+		return 7
+	}
+	return 0
 }
 
 // PointerData describes where a message is that was too large to copy into

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"unicode/utf8"
 )
 
 // Warning reports a forbidden (non-canonical) key that Decode dropped.
@@ -72,6 +73,9 @@ func NewDecoder(opts ...DecodeOption) *Decoder { return &Decoder{cfg: decodeOpti
 func (d *Decoder) Decode(body []byte) (*Envelope, error) { return decode(body, &d.cfg) }
 
 func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
+	if len(body) > maxBody {
+		return nil, decodeErr(ErrMalformed, "", "body of %d bytes is over the 2 GiB limit", len(body))
+	}
 	// The decoder's own copy of the body: the envelope's raw slices and
 	// strings point into it, and nothing writes to it again.
 	b := append(make([]byte, 0, len(body)), body...)
@@ -97,80 +101,91 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		return nil, decodeErr(ErrMalformed, "", "envelope is %s, not an object", jsonKind(b))
 	}
 
-	var env Envelope // on the stack until the end: see boxed
-	e := &env
+	// Which members are contract keys, and so how many unknown ones the
+	// envelope keeps at each level: it is allocated once, with room for
+	// them (see newEnvelope).
+	classify(b, spans, topClass)
 	var (
-		haveJob, haveURN, haveMeta, haveData bool
-		aliasURN, aliasRaw                   []byte
-		stack                                [inlineExtras]member
-		metaStack                            [inlineExtras]member
+		ms               []span // the members of the meta that counts
+		nTop, nMeta      int
+		jobSeen, urnSeen bool
 	)
-	extras, metaExtras := stack[:0], metaStack[:0]
-	// Of a duplicated contract key only the last counts (it alone is
-	// checked and kept), as with encoding/json and every peer's parser:
-	// one backward pass finds the earlier ones.
-	var seenKeys, skip uint64
-	for k := len(spans) - 1; k >= 0; k-- {
-		if bit := topKeyBit(plainKey(b[spans[k].ks:spans[k].ke])); bit != 0 {
-			if seenKeys&bit != 0 && k < 64 {
-				skip |= 1 << k
+	for k := range spans {
+		sp := &spans[k]
+		switch {
+		case sp.dup:
+		case sp.class == 0:
+			nTop++
+		case sp.class == classJob:
+			jobSeen = true
+		case sp.class == classURN:
+			urnSeen = true
+		case sp.class == classMeta && b[sp.vs] == '{':
+			ms = metaSpans
+			if int(sp.vs) != metaAt { // an earlier "meta", or one with an escaped key
+				ms = objectSpans(b, int(sp.vs), nil)
 			}
-			seenKeys |= bit
+			classify(b, ms, metaClass)
+			for i := range ms {
+				if ms[i].class == 0 {
+					nMeta++
+				}
+			}
 		}
 	}
-	for k, sp := range spans {
-		if k < 64 && skip&(1<<k) != 0 {
+	if jobSeen && urnSeen { // "urn" is kept as an unknown key
+		nTop++
+	}
+	e, extras, metaExtras := newEnvelope(nTop, nMeta)
+	var (
+		haveJob, haveURN, haveMeta, haveData bool
+		aliasURN                             []byte
+		alias                                *span
+	)
+	for k := range spans {
+		sp := &spans[k]
+		if sp.dup {
 			continue
 		}
-		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
-		name := plainKey(key)
-		if k >= 64 && topKeyBit(name) != 0 && supersededAt(b, spans, k) {
-			continue
-		}
-		switch string(name) {
-		case "job":
+		val := b[sp.vs:sp.ve]
+		switch sp.class {
+		case classJob:
 			if val[0] != '"' {
 				return nil, decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
 			}
 			haveJob = true
 			e.URN, _ = ownedString(val)
-		case "urn":
+		case classURN:
 			haveURN = true
-			aliasURN, aliasRaw = val, key
-		case "trace_id":
+			aliasURN, alias = val, sp
+		case classTraceID:
 			if val[0] != '"' {
 				return nil, decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
 			}
 			e.TraceID, _ = ownedString(val)
-		case "data":
+		case classData:
 			if val[0] != '{' {
 				return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(val))
 			}
 			haveData = true
 			e.data = val
-		case "meta":
+		case classMeta:
 			if val[0] != '{' {
 				return nil, decodeErr(ErrMetaNotObject, "/meta", "got %s", jsonKind(val))
 			}
 			haveMeta = true
-			// A duplicated "meta" keeps the last object, as every other
-			// SDK's JSON parser does: never a merge of the two.
-			e.Meta = Meta{}
-			ms := metaSpans
-			if sp.vs != metaAt { // an earlier "meta", or one with an escaped key
-				var other [inlineSpans]span
-				ms = objectSpans(b, sp.vs, other[:0])
-			}
-			if metaExtras, err = decodeMeta(&e.Meta, b, ms, cfg, metaStack[:0]); err != nil {
+			// A duplicated "meta" keeps the last object (ms), as every
+			// other SDK's JSON parser does: never a merge of the two.
+			if metaExtras, err = decodeMeta(&e.Meta, b, ms, cfg, metaExtras); err != nil {
 				return nil, err
 			}
-		case "attempts":
+		case classAttempts:
 			n, ok := parseCount(val)
 			if !ok {
 				return nil, decodeErr(ErrAttempts, "/attempts", "got %s", val)
 			}
 			e.Attempts = n
-		case "dead_letter":
+		case classDeadLetter:
 			if string(val) == "null" {
 				continue
 			}
@@ -182,16 +197,16 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 				return nil, err
 			}
 			e.DeadLetter = dl
-		case "timestamp":
+		case classTimestamp:
 			cfg.report("/timestamp", val)
 		default:
-			extras = append(extras, member{key, val})
+			extras = append(extras, memberAt(b, sp))
 		}
 	}
 	switch {
 	case haveJob:
 		if haveURN { // both present: "job" wins, "urn" is carried as an unknown key
-			extras = append(extras, member{aliasRaw, aliasURN})
+			extras = append(extras, memberAt(b, alias))
 		}
 	case haveURN:
 		if aliasURN[0] != '"' {
@@ -199,7 +214,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		}
 		e.URN, _ = ownedString(aliasURN)
 	}
-	if strings.TrimSpace(e.URN) == "" {
+	if isBlank(e.URN) {
 		return nil, decodeErr(ErrNoURN, "/job", "")
 	}
 	if isBlank(e.TraceID) {
@@ -214,7 +229,8 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	if e.Meta.SchemaVersion != SchemaVersion {
 		return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "missing")
 	}
-	return boxed(&env, extras, metaExtras), nil
+	e.extra, e.Meta.extra = nilIfEmpty(extras), nilIfEmpty(metaExtras)
+	return e, nil
 }
 
 // An envelope and room for its first unknown members (both levels
@@ -231,72 +247,90 @@ type (
 	}
 )
 
-// boxed returns a heap copy of env holding heap copies of the unknown
-// members gathered: one allocation for up to eight, two beyond.
-func boxed(env *Envelope, top, meta []member) *Envelope {
-	n := len(top) + len(meta)
-	var e *Envelope
+// newEnvelope returns a new envelope and empty slices with room for top
+// and meta unknown members: one allocation for up to eight, two beyond.
+func newEnvelope(top, meta int) (e *Envelope, topEx, metaEx []member) {
 	var all []member
-	switch {
+	switch n := top + meta; {
 	case n == 0:
-		e = new(Envelope)
-		*e = *env
-		return e
+		return new(Envelope), nil, nil
 	case n <= 2:
-		box := &envelopeBox2{e: *env}
-		e, all = &box.e, box.ex[:0:n]
+		box := new(envelopeBox2)
+		e, all = &box.e, box.ex[:n:n]
 	case n <= 8:
-		box := &envelopeBox8{e: *env}
-		e, all = &box.e, box.ex[:0:n]
+		box := new(envelopeBox8)
+		e, all = &box.e, box.ex[:n:n]
 	default:
-		e, all = new(Envelope), make([]member, 0, n)
-		*e = *env
+		e, all = new(Envelope), make([]member, n)
 	}
-	all = append(append(all, top...), meta...)
-	e.extra, e.Meta.extra = nil, nil
-	if len(top) > 0 {
-		e.extra = all[:len(top):len(top)]
-	}
-	if len(meta) > 0 {
-		e.Meta.extra = all[len(top):]
-	}
-	return e
+	return e, all[:0:top], all[top:top]
 }
 
-// topKeyBit numbers the contract's top-level keys (0: any other key).
-func topKeyBit(k []byte) uint64 {
+func nilIfEmpty(ms []member) []member {
+	if len(ms) == 0 {
+		return nil
+	}
+	return ms
+}
+
+// The classes of the contract's top-level keys (see classify).
+const (
+	classJob uint8 = 1 + iota
+	classURN
+	classTraceID
+	classData
+	classMeta
+	classAttempts
+	classDeadLetter
+	classTimestamp = classRepeated // forbidden: reported each time
+)
+
+func topClass(k []byte) uint8 {
 	switch string(k) {
 	case "job":
-		return 1
+		return classJob
 	case "urn":
-		return 2
+		return classURN
 	case "trace_id":
-		return 4
+		return classTraceID
 	case "data":
-		return 8
+		return classData
 	case "meta":
-		return 16
+		return classMeta
 	case "attempts":
-		return 32
+		return classAttempts
 	case "dead_letter":
-		return 64
+		return classDeadLetter
+	case "timestamp":
+		return classTimestamp
 	}
 	return 0
 }
 
-// metaKeyBit is topKeyBit for the contract keys of meta.
-func metaKeyBit(k []byte) uint64 {
+// The classes of the contract keys of meta.
+const (
+	classID uint8 = 1 + iota
+	classQueue
+	classLang
+	classSchemaVersion
+	classCreatedAt
+	classMetaForbidden = classRepeated // reported each time
+)
+
+func metaClass(k []byte) uint8 {
 	switch string(k) {
 	case "id":
-		return 1
+		return classID
 	case "queue":
-		return 2
+		return classQueue
 	case "lang":
-		return 4
+		return classLang
 	case "schema_version":
-		return 8
+		return classSchemaVersion
 	case "created_at":
-		return 16
+		return classCreatedAt
+	case "max_retries", "attempts", "source", "ts":
+		return classMetaForbidden
 	}
 	return 0
 }
@@ -323,8 +357,8 @@ func (c *decodeConfig) report(pointer string, val []byte) {
 	SlogWarnFunc(slog.Default())(w)
 }
 
-// decodeMeta reads the meta object b into m and returns its unknown members,
-// gathered in extras (Decode keeps them with its own in one allocation).
+// decodeMeta reads the meta object whose members, classified by metaClass,
+// are spans into m and returns its unknown members, appended to extras.
 func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []member) ([]member, error) {
 	str := func(ptr string, val []byte, out *string) error {
 		if val[0] != '"' {
@@ -336,49 +370,35 @@ func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []mem
 		*out, _ = ownedString(val)
 		return nil
 	}
-	// As at the top level, only the last of a duplicated contract key
-	// counts: one backward pass marks the earlier ones.
-	var seenKeys, skip uint64
-	for i := len(spans) - 1; i >= 0; i-- {
-		if bit := metaKeyBit(plainKey(b[spans[i].ks:spans[i].ke])); bit != 0 {
-			if seenKeys&bit != 0 && i < 64 {
-				skip |= 1 << i
-			}
-			seenKeys |= bit
-		}
-	}
-	for i, sp := range spans {
-		if i < 64 && skip&(1<<i) != 0 {
+	for i := range spans {
+		sp := &spans[i]
+		if sp.dup {
 			continue
 		}
-		key, val := b[sp.ks:sp.ke], b[sp.vs:sp.ve]
+		val := b[sp.vs:sp.ve]
 		var err error
-		k := plainKey(key)
-		if i >= 64 && metaKeyBit(k) != 0 && supersededAt(b, spans, i) {
-			continue
-		}
-		switch string(k) {
-		case "id":
+		switch sp.class {
+		case classID:
 			err = str("/meta/id", val, &m.ID)
-		case "queue":
+		case classQueue:
 			err = str("/meta/queue", val, &m.Queue)
-		case "lang":
+		case classLang:
 			err = str("/meta/lang", val, &m.Lang)
-		case "schema_version":
+		case classSchemaVersion:
 			if string(val) != "1" {
 				return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
 			}
 			m.SchemaVersion = SchemaVersion
-		case "created_at":
+		case classCreatedAt:
 			n, ok := parseUint(val)
 			if !ok {
 				return nil, decodeErr(ErrFieldType, "/meta/created_at", "want epoch milliseconds, got %s", val)
 			}
 			m.CreatedAt = n
-		case "max_retries", "attempts", "source", "ts":
-			cfg.report("/meta/"+string(k), val)
+		case classMetaForbidden:
+			cfg.report("/meta/"+string(sp.name(b)), val)
 		default:
-			extras = append(extras, member{key, val})
+			extras = append(extras, memberAt(b, sp))
 		}
 		if err != nil {
 			return nil, err
@@ -388,4 +408,9 @@ func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []mem
 }
 
 // isBlank reports whether s is empty or only whitespace.
-func isBlank(s string) bool { return strings.TrimSpace(s) == "" }
+func isBlank(s string) bool {
+	if s != "" && s[0] > ' ' && s[0] < utf8.RuneSelf {
+		return false // the usual case, without a pass over s
+	}
+	return strings.TrimSpace(s) == ""
+}

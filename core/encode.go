@@ -79,9 +79,7 @@ func Accepts(body []byte) bool {
 func appendMembers(dst []byte, ms []member) []byte {
 	for _, m := range ms {
 		dst = append(dst, ',')
-		dst = append(dst, m.key...)
-		dst = append(dst, ':')
-		dst = append(dst, m.val...)
+		dst = append(dst, m.kv...)
 	}
 	return dst
 }
@@ -89,10 +87,10 @@ func appendMembers(dst []byte, ms []member) []byte {
 func (e *Envelope) sizeHint() int {
 	n := 160 + len(e.URN) + len(e.TraceID) + len(e.data) + len(e.Meta.ID) + len(e.Meta.Queue) + len(e.Meta.Lang)
 	for _, m := range e.extra {
-		n += len(m.key) + len(m.val) + 2
+		n += len(m.kv) + 1
 	}
 	for _, m := range e.Meta.extra {
-		n += len(m.key) + len(m.val) + 2
+		n += len(m.kv) + 1
 	}
 	if e.DeadLetter != nil {
 		n += 160 + len(e.DeadLetter.Error) + len(e.DeadLetter.Exception) + len(e.DeadLetter.OriginalQueue)

@@ -54,8 +54,20 @@ type Meta struct {
 	extra []member
 }
 
-// member is one raw object member: the quoted key and the value as JSON.
-type member struct{ key, val []byte }
+// member is one raw object member as it is in the compact body: the quoted
+// key, ':', and the value as JSON, in kv; the key is kv[:kl]. (One slice
+// rather than two keeps a decoded envelope's unknown members small, and they
+// are appended back in one copy.)
+type member struct {
+	kv []byte
+	kl int32
+}
+
+// memberAt is the member sp of the compact body b.
+func memberAt(b []byte, sp *span) member { return member{b[sp.ks:sp.ve:sp.ve], sp.ke - sp.ks} }
+
+func (m member) key() []byte { return m.kv[:m.kl] }
+func (m member) val() []byte { return m.kv[m.kl+1:] }
 
 // Option configures New.
 type Option func(*newConfig)
@@ -251,8 +263,8 @@ func (m *Meta) Extra(key string) (json.RawMessage, bool) { return lookup(m.extra
 
 func lookup(ms []member, key string) (json.RawMessage, bool) {
 	for i := len(ms) - 1; i >= 0; i-- {
-		if keyIs(ms[i].key, key) {
-			return ms[i].val, true
+		if keyIs(ms[i].key(), key) {
+			return ms[i].val(), true
 		}
 	}
 	return nil, false

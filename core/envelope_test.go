@@ -285,3 +285,33 @@ func TestDecoder(t *testing.T) {
 		t.Errorf("malformed: %v", err)
 	}
 }
+
+// Of a duplicated contract key only the last counts, however many members
+// lie between the two, and a key spelled with escapes is the same key.
+func TestDuplicateContractKeysFarApart(t *testing.T) {
+	var top, meta strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&top, `,"x%d":%d`, i, i)
+		fmt.Fprintf(&meta, `,"m%d":%d`, i, i)
+	}
+	body := `{"job":"urn:first","attempts":7` + top.String() +
+		`,"trace_id":"t","data":{},"meta":{"id":"first","queue":"q","lang":"go","schema_version":1,"created_at":1` +
+		meta.String() + `,"\u0069d":"last"},"\u006aob":"urn:last","attempts":2}`
+	e, err := core.Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.URN != "urn:last" || e.Attempts != 2 || e.Meta.ID != "last" {
+		t.Fatalf("urn %q attempts %d id %q: want the last of each", e.URN, e.Attempts, e.Meta.ID)
+	}
+	out, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"created_at":1,"m0":0,`) || !strings.HasSuffix(string(out), `"attempts":2`+top.String()+`}`) {
+		t.Fatalf("unknown members not kept in order:\n%s", out)
+	}
+	if n := strings.Count(string(out), `"job"`); n != 1 {
+		t.Fatalf("%d job keys in %s", n, out)
+	}
+}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"unicode/utf8"
 	"unsafe"
@@ -69,7 +70,8 @@ func objectSpans(b []byte, start int, spans []span) []span {
 	for i < len(b) && b[i] != '}' {
 		ke := skipString(b, i)
 		ve := skipValue(b, ke+1)
-		spans = append(spans, span{i, ke, ke + 1, ve})
+		esc := bytes.IndexByte(b[i:ke], '\\') >= 0
+		spans = append(spans, span{ks: int32(i), ke: int32(ke), vs: int32(ke + 1), ve: int32(ve), esc: esc})
 		i = ve
 		if i < len(b) && b[i] == ',' {
 			i++
@@ -78,17 +80,26 @@ func objectSpans(b []byte, start int, spans []span) []span {
 	return spans
 }
 
-// supersededAt reports whether a member after spans[k] has the same key:
-// of a duplicated contract key only the last counts (it alone is checked
-// and kept), as with encoding/json and every peer's parser.
-func supersededAt(b []byte, spans []span, k int) bool {
-	key := plainKey(b[spans[k].ks:spans[k].ke])
-	for _, sp := range spans[k+1:] {
-		if string(plainKey(b[sp.ks:sp.ke])) == string(key) {
-			return true
+// Key classes: classOf functions number an object's contract keys from 1
+// (0: any other key); a class from classRepeated on is a key every
+// occurrence of which counts (a forbidden key, reported each time).
+const classRepeated = 32
+
+// classify sets each span's class and marks dup on every member but the
+// last of a contract key: of a duplicated contract key only the last counts
+// (it alone is checked and kept), as with encoding/json and every peer's
+// parser. One backward pass over the members does it.
+func classify(b []byte, spans []span, classOf func([]byte) uint8) {
+	var seen uint32
+	for k := len(spans) - 1; k >= 0; k-- {
+		sp := &spans[k]
+		c := classOf(sp.name(b))
+		sp.class = c
+		if c != 0 && c < classRepeated {
+			sp.dup = seen&(1<<c) != 0
+			seen |= 1 << c
 		}
 	}
-	return false
 }
 
 // inlineExtras is how many unknown members are gathered on the stack before
@@ -103,15 +114,22 @@ func ownedString(s []byte) (string, bool) {
 		return "", false
 	}
 	inner := s[1 : len(s)-1]
-	ascii := true
-	for _, c := range inner {
-		if c == '\\' {
-			return unquote(s)
+	i := 0
+	// Eight bytes at a time while they are ASCII without a backslash.
+	for ; i+8 <= len(inner); i += 8 {
+		if w := binary.LittleEndian.Uint64(inner[i:]); w&msb|hasZero(w^backslashes) != 0 {
+			break
 		}
-		ascii = ascii && c < utf8.RuneSelf
 	}
-	if !ascii && !utf8.Valid(inner) {
-		return unquote(s) // invalid UTF-8 becomes U+FFFD, as encoding/json does
+	for ; i < len(inner); i++ {
+		if c := inner[i]; c == '\\' {
+			return unquote(s)
+		} else if c >= utf8.RuneSelf {
+			if bytes.IndexByte(inner[i:], '\\') >= 0 || !utf8.Valid(inner[i:]) {
+				return unquote(s) // invalid UTF-8 becomes U+FFFD, as encoding/json does
+			}
+			break
+		}
 	}
 	if len(inner) == 0 {
 		return "", true
@@ -167,17 +185,6 @@ func keyIs(raw []byte, name string) bool {
 		}
 	}
 	return false
-}
-
-// plainKey returns the unquoted bytes of the raw key. A key without escapes
-// is returned in place, so `switch string(plainKey(k))` does not allocate.
-func plainKey(raw []byte) []byte {
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
-		return inner
-	}
-	k, _ := unquote(raw)
-	return []byte(k)
 }
 
 // parseUint parses a JSON number that must be a non-negative integer without

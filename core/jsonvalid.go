@@ -10,8 +10,30 @@ import (
 // reject the same bodies.
 const maxDepth = 10000
 
-// span is one member of the top-level object, as offsets into the body.
-type span struct{ ks, ke, vs, ve int }
+// span is one member of an object, as offsets into the body (Decode refuses
+// bodies over maxBody bytes, so they fit in 32 bits). esc reports that the
+// key has an escape; class and dup are Decode's: which contract key it is
+// (0: none) and whether a later member has the same contract key.
+type span struct {
+	ks, ke, vs, ve int32
+	esc            bool
+	class          uint8
+	dup            bool
+}
+
+// maxBody is the largest body Decode reads: 2 GiB, far above what any
+// broker carries.
+const maxBody = 1<<31 - 1
+
+// name returns the unquoted bytes of the member's key, in place unless the
+// key has escapes.
+func (sp *span) name(b []byte) []byte {
+	if sp.esc {
+		k, _ := unquote(b[sp.ks:sp.ke])
+		return []byte(k)
+	}
+	return b[sp.ks+1 : sp.ke-1]
+}
 
 // inlineSpans is how many top-level members are recorded on the stack.
 const inlineSpans = 32
@@ -25,6 +47,7 @@ const inlineSpans = 32
 type scanner struct {
 	b      []byte
 	spaced bool
+	esc    bool // a string since the last reset had an escape
 	depth  int
 }
 
@@ -97,7 +120,7 @@ func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []s
 		return i + 1, spans, meta, metaAt, nil
 	}
 	for {
-		ks, ke, vs, err := s.key(i)
+		ks, ke, vs, esc, err := s.key(i)
 		if err != nil {
 			return vs, spans, meta, metaAt, err
 		}
@@ -113,7 +136,7 @@ func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []s
 		if err != nil {
 			return ve, spans, meta, metaAt, err
 		}
-		spans = append(spans, span{ks, ke, vs, ve})
+		spans = append(spans, span{ks: int32(ks), ke: int32(ke), vs: int32(vs), ve: int32(ve), esc: esc})
 		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil || i < 0 {
 			s.depth--
 			return -i, spans, meta, metaAt, err
@@ -129,11 +152,15 @@ func recordObject(s *scanner, i int, spans []span) (int, []span, error) {
 		return i + 1, spans, nil
 	}
 	for {
-		ks, ke, vs, ve, err := s.member(i)
+		ks, ke, vs, esc, err := s.key(i)
+		if err != nil {
+			return vs, spans, err
+		}
+		ve, err := s.value(vs)
 		if err != nil {
 			return ve, spans, err
 		}
-		spans = append(spans, span{ks, ke, vs, ve})
+		spans = append(spans, span{ks: int32(ks), ke: int32(ke), vs: int32(vs), ve: int32(ve), esc: esc})
 		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil {
 			return i, spans, err
 		}
@@ -144,28 +171,20 @@ func recordObject(s *scanner, i int, spans []span) (int, []span, error) {
 }
 
 // key validates the object key at i and its ':', and returns where the key
-// is and where its value starts.
-func (s *scanner) key(i int) (ks, ke, vs int, err error) {
+// is, where its value starts, and whether the key has an escape.
+func (s *scanner) key(i int) (ks, ke, vs int, esc bool, err error) {
 	if i >= len(s.b) || s.b[i] != '"' {
-		return 0, 0, i, s.fail(i, "looking for beginning of object key string")
+		return 0, 0, i, false, s.fail(i, "looking for beginning of object key string")
 	}
+	s.esc = false
 	if ke, err = s.str(i); err != nil {
-		return 0, 0, ke, err
+		return 0, 0, ke, false, err
 	}
 	j := s.ws(ke)
 	if j >= len(s.b) || s.b[j] != ':' {
-		return 0, 0, j, s.fail(j, "after object key")
+		return 0, 0, j, false, s.fail(j, "after object key")
 	}
-	return i, ke, s.ws(j + 1), nil
-}
-
-// member validates the key:value pair at i.
-func (s *scanner) member(i int) (ks, ke, vs, ve int, err error) {
-	if ks, ke, vs, err = s.key(i); err != nil {
-		return 0, 0, 0, vs, err
-	}
-	ve, err = s.value(vs)
-	return ks, ke, vs, ve, err
+	return i, ke, s.ws(j + 1), s.esc, nil
 }
 
 // next reads what follows an element at i: ',' (it returns the offset of
@@ -253,6 +272,7 @@ func (s *scanner) str(i int) (int, error) {
 		case c == '"':
 			return i + 1, nil
 		case c == '\\':
+			s.esc = true
 			if i+1 >= len(b) {
 				return i + 1, s.fail(i+1, "in string escape")
 			}
@@ -353,7 +373,11 @@ func (s *scanner) object(i int) (int, error) {
 		return i + 1, nil
 	}
 	for {
-		_, _, _, ve, err := s.member(i)
+		_, _, vs, _, err := s.key(i)
+		if err != nil {
+			return vs, err
+		}
+		ve, err := s.value(vs)
 		if err != nil {
 			return ve, err
 		}
