@@ -108,26 +108,39 @@ func WithCreatedAt(t time.Time) Option { return func(c *newConfig) { c.createdAt
 // (unless continued) trace_id are fresh UUID v4s, lang is "go" and
 // created_at is now in milliseconds.
 func New(urn string, data any, opts ...Option) (*Envelope, error) {
-	var cfg newConfig
+	// The envelope and its options in one allocation: the options must be
+	// on the heap anyway (opaque functions take their address).
+	box := new(newBox)
+	cfg := &box.cfg
 	for _, o := range opts {
-		o(&cfg)
+		o(cfg)
 	}
 	urn = strings.TrimSpace(urn)
 	if urn == "" {
 		return nil, decodeErr(ErrNoURN, "/job", "")
 	}
-	raw, err := marshalData(data)
+	needID, needTrace := cfg.id == "", isBlank(cfg.traceID)
+	room := 0
+	if needID {
+		room += uuidLen
+	}
+	if needTrace {
+		room += uuidLen
+	}
+	// The data and the fresh ids' text in one allocation too.
+	raw, err := marshalData(data, room)
 	if err != nil {
 		return nil, err
 	}
-	needID, needTrace := cfg.id == "", strings.TrimSpace(cfg.traceID) == ""
+	ids := raw[len(raw):len(raw)]
+	raw = raw[:len(raw):len(raw)] // so that nothing appended to it reaches the ids
 	switch {
 	case needID && needTrace:
-		cfg.id, cfg.traceID = newIDs(true)
+		cfg.id, cfg.traceID = newIDs(ids, true)
 	case needID:
-		cfg.id, _ = newIDs(false)
+		cfg.id, _ = newIDs(ids, false)
 	case needTrace:
-		cfg.traceID, _ = newIDs(false)
+		cfg.traceID, _ = newIDs(ids, false)
 	}
 	if cfg.queue == "" {
 		cfg.queue = DefaultQueue
@@ -135,7 +148,7 @@ func New(urn string, data any, opts ...Option) (*Envelope, error) {
 	if cfg.createdAt.IsZero() {
 		cfg.createdAt = time.Now()
 	}
-	return &Envelope{
+	box.e = Envelope{
 		URN:     urn,
 		TraceID: cfg.traceID,
 		Meta: Meta{
@@ -146,15 +159,24 @@ func New(urn string, data any, opts ...Option) (*Envelope, error) {
 			CreatedAt:     cfg.createdAt.UnixMilli(),
 		},
 		data: raw,
-	}, nil
+	}
+	return &box.e, nil
 }
 
-// marshalData encodes v as a JSON object without HTML escaping.
-func marshalData(v any) ([]byte, error) {
+// newBox is what New allocates: the envelope and the options it was built
+// with.
+type newBox struct {
+	e   Envelope
+	cfg newConfig
+}
+
+// marshalData encodes v as a JSON object without HTML escaping, in a new
+// slice with room more bytes of capacity.
+func marshalData(v any, room int) ([]byte, error) {
 	var raw []byte
 	switch d := v.(type) {
 	case nil:
-		return []byte("{}"), nil
+		return dataObject(append(make([]byte, 0, 2+room), "{}"...))
 	case json.RawMessage:
 		raw = d
 	case []byte:
@@ -167,7 +189,8 @@ func marshalData(v any) ([]byte, error) {
 		}
 		// encoding/json writes valid, compact JSON and a newline: the data
 		// is a copy of it as it is.
-		return dataObject(bytes.Clone(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n"))))
+		b := bytes.TrimSuffix(e.buf.Bytes(), []byte("\n"))
+		return dataObject(append(make([]byte, 0, len(b)+room), b...))
 	}
 	// Raw JSON from the caller: checked in one scan, and copied (compacted
 	// only when it has whitespace between tokens).
@@ -175,12 +198,13 @@ func marshalData(v any) ([]byte, error) {
 	if err := scanValid(&sc); err != nil {
 		return nil, decodeErr(ErrDataNotObject, "/data", "not valid JSON: %v", err)
 	}
+	out := make([]byte, 0, len(raw)+room)
 	if sc.spaced {
-		var out bytes.Buffer
-		_ = json.Compact(&out, raw) // valid: the scan passed
-		return dataObject(out.Bytes())
+		buf := bytes.NewBuffer(out)
+		_ = json.Compact(buf, raw) // valid: the scan passed
+		return dataObject(buf.Bytes())
 	}
-	return dataObject(append([]byte(nil), raw...))
+	return dataObject(append(out, raw...))
 }
 
 // dataEncoder is an encoding/json Encoder without HTML escaping and its
@@ -211,7 +235,7 @@ func (e *dataEncoder) put() {
 // {}, anything but an object is refused.
 func dataObject(b []byte) ([]byte, error) {
 	if string(b) == "null" {
-		return []byte("{}"), nil
+		return append(b[:0], "{}"...), nil
 	}
 	if len(b) == 0 || b[0] != '{' {
 		return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(b))
@@ -226,7 +250,7 @@ func (e *Envelope) Data() json.RawMessage { return e.data }
 // SetData replaces the data object. v must encode to a JSON object; nil
 // encodes as {}.
 func (e *Envelope) SetData(v any) error {
-	raw, err := marshalData(v)
+	raw, err := marshalData(v, 0)
 	if err != nil {
 		return err
 	}
