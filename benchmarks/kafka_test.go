@@ -169,8 +169,11 @@ func consumeWatermill(tb testing.TB, seeds []string, topic, group string, handle
 // --- raw franz-go, sending this project's encoded envelopes ---
 
 type rawKafkaPublisher struct {
-	cl       *kgo.Client
-	template *kgo.Record // an encoded envelope and its headers, as this project's Sender writes them
+	cl *kgo.Client
+	// Encoded envelopes and their headers, as this project's Sender writes
+	// them, one per message of a batch: distinct, as this project's are (a
+	// batch of one value repeated would compress to almost nothing).
+	templates []*kgo.Record
 }
 
 func newRawKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
@@ -178,12 +181,17 @@ func newRawKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rec := bqkafka.NewSenderFromClient(cl).Record(encodedMessage(tb, ""))
-	return &rawKafkaPublisher{cl: cl, template: rec}
+	snd := bqkafka.NewSenderFromClient(cl)
+	recs := make([]*kgo.Record, max(load.batch, load.consume))
+	for i := range recs {
+		recs[i] = snd.Record(encodedMessage(tb, ""))
+	}
+	return &rawKafkaPublisher{cl: cl, templates: recs}
 }
 
 func (p *rawKafkaPublisher) record(topic string, m msg) *kgo.Record {
-	r := &kgo.Record{Topic: topic, Value: p.template.Value, Headers: p.template.Headers}
+	t := p.templates[m.seq%len(p.templates)]
+	r := &kgo.Record{Topic: topic, Value: t.Value, Headers: t.Headers}
 	if m.key != "" {
 		r.Key = []byte(m.key)
 	}
