@@ -140,26 +140,14 @@ func appendNullable(dst []byte, s string) []byte {
 }
 
 func decodeDeadLetter(d *DeadLetter, b []byte) error {
-	str := func(ptr string, val []byte, out *string) error {
-		if string(val) == "null" {
-			return nil
-		}
-		if val[0] != '"' {
-			return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
-		}
-		*out, _ = ownedString(val)
-		return nil
-	}
+	str := optionalString
 	var stack [inlineExtras]member
 	extras := stack[:0]
 	var spanBuf [inlineSpans]span
 	spans := objectSpans(b, 0, spanBuf[:0])
-	classify(b, spans, deadLetterClass)
+	spans = classify(b, spans, deadLetterClass)
 	for i := range spans {
 		sp := &spans[i]
-		if sp.dup {
-			continue
-		}
 		val := b[sp.vs:sp.ve]
 		var err error
 		switch string(sp.name(b)) {

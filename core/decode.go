@@ -104,7 +104,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	// Which members are contract keys, and so how many unknown ones the
 	// envelope keeps at each level: it is allocated once, with room for
 	// them (see newEnvelope).
-	classify(b, spans, topClass)
+	spans = classify(b, spans, topClass)
 	var (
 		ms               []span // the members of the meta that counts
 		nTop, nMeta      int
@@ -113,7 +113,6 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	for k := range spans {
 		sp := &spans[k]
 		switch {
-		case sp.dup:
 		case sp.class == 0:
 			nTop++
 		case sp.class == classJob:
@@ -125,7 +124,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 			if int(sp.vs) != metaAt { // an earlier "meta", or one with an escaped key
 				ms = objectSpans(b, int(sp.vs), nil)
 			}
-			classify(b, ms, metaClass)
+			ms = classify(b, ms, metaClass)
 			for i := range ms {
 				if ms[i].class == 0 {
 					nMeta++
@@ -142,11 +141,8 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		aliasURN                             []byte
 		alias                                *span
 	)
-	for k := range spans {
-		sp := &spans[k]
-		if sp.dup {
-			continue
-		}
+	for i := range spans {
+		sp := &spans[i]
 		val := b[sp.vs:sp.ve]
 		switch sp.class {
 		case classJob:
@@ -360,21 +356,9 @@ func (c *decodeConfig) report(pointer string, val []byte) {
 // decodeMeta reads the meta object whose members, classified by metaClass,
 // are spans into m and returns its unknown members, appended to extras.
 func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []member) ([]member, error) {
-	str := func(ptr string, val []byte, out *string) error {
-		if val[0] != '"' {
-			if string(val) == "null" {
-				return nil
-			}
-			return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
-		}
-		*out, _ = ownedString(val)
-		return nil
-	}
+	str := optionalString
 	for i := range spans {
 		sp := &spans[i]
-		if sp.dup {
-			continue
-		}
 		val := b[sp.vs:sp.ve]
 		var err error
 		switch sp.class {
@@ -405,6 +389,19 @@ func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []mem
 		}
 	}
 	return extras, nil
+}
+
+// optionalString reads the string member val, at pointer ptr, into out;
+// null leaves out as it is, and anything else is ErrFieldType.
+func optionalString(ptr string, val []byte, out *string) error {
+	switch val[0] {
+	case '"':
+		*out, _ = ownedString(val)
+	case 'n': // null: the scan passed, so nothing else starts with n
+	default:
+		return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))
+	}
+	return nil
 }
 
 // isBlank reports whether s is empty or only whitespace.

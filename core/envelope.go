@@ -132,7 +132,7 @@ func New(urn string, data any, opts ...Option) (*Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := raw[len(raw):len(raw)]
+	ids := raw[len(raw):]
 	raw = raw[:len(raw):len(raw)] // so that nothing appended to it reaches the ids
 	switch {
 	case needID && needTrace:

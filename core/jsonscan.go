@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -85,21 +86,27 @@ func objectSpans(b []byte, start int, spans []span) []span {
 // occurrence of which counts (a forbidden key, reported each time).
 const classRepeated = 32
 
-// classify sets each span's class and marks dup on every member but the
-// last of a contract key: of a duplicated contract key only the last counts
-// (it alone is checked and kept), as with encoding/json and every peer's
-// parser. One backward pass over the members does it.
-func classify(b []byte, spans []span, classOf func([]byte) uint8) {
+// classify sets each span's class and drops every member but the last of a
+// contract key: of a duplicated contract key only the last counts (it alone
+// is checked and kept), as with encoding/json and every peer's parser. It
+// returns the members that count, in their order, in spans' array.
+func classify(b []byte, spans []span, classOf func([]byte) uint8) []span {
 	var seen uint32
+	dups := false
 	for k := len(spans) - 1; k >= 0; k-- {
 		sp := &spans[k]
 		c := classOf(sp.name(b))
 		sp.class = c
 		if c != 0 && c < classRepeated {
 			sp.dup = seen&(1<<c) != 0
+			dups = dups || sp.dup
 			seen |= 1 << c
 		}
 	}
+	if dups {
+		spans = slices.DeleteFunc(spans, func(sp span) bool { return sp.dup })
+	}
+	return spans
 }
 
 // inlineExtras is how many unknown members are gathered on the stack before
