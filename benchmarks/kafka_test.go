@@ -343,8 +343,27 @@ func BenchmarkKafka(b *testing.B) {
 					}
 				})
 			}
+			b.Run("sync-publish/interleaved", func(b *testing.B) {
+				ms := kafkaInterleaved(b, cl.seeds)
+				for i, p := range kafkaPeers {
+					b.Run(p.name, func(b *testing.B) { ms[i].report(b) })
+				}
+			})
 		})
 	}
+}
+
+// kafkaInterleaved is sync-publish with every implementation publishing in
+// turn to the same topic (see measureInterleaved).
+func kafkaInterleaved(tb testing.TB, seeds []string) []metrics {
+	topic := createTopic(tb, seeds, partitions)
+	pubs := make([]publisher, len(kafkaPeers))
+	for i, p := range kafkaPeers {
+		kp := p.publisher(tb, seeds)
+		defer kp.close()
+		pubs[i] = kp
+	}
+	return measureInterleaved(tb, topic, pubs)
 }
 
 type kafkaRow struct {
@@ -473,19 +492,17 @@ func rowKeyed(b bench, seeds []string, p kafkaPeer, m *metrics) {
 func TestKafkaRows(t *testing.T) {
 	defer func(w workload) { load = w }(load)
 	load = small
+	t.Run("sync-publish/interleaved", func(t *testing.T) {
+		for i, m := range kafkaInterleaved(t, clusters[0].seeds) {
+			checkMetrics(t, kafkaPeers[i].name, m)
+		}
+	})
 	for _, row := range kafkaRows {
 		for _, p := range kafkaPeers {
 			t.Run(row.name+"/"+p.name, func(t *testing.T) {
 				var m metrics
 				row.run(untimed{t}, clusters[0].seeds, p, &m)
-				if len(m.sum) == 0 {
-					t.Fatal("the row reported no metric")
-				}
-				for k, v := range m.sum {
-					if v <= 0 {
-						t.Errorf("%s = %v", k, v)
-					}
-				}
+				checkMetrics(t, p.name, m)
 			})
 		}
 	}

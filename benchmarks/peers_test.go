@@ -244,6 +244,45 @@ func measureSyncPublish(b bench, dest string, pub publisher, m *metrics) {
 	m.add("msgs/s", float64(load.syncPublish)/time.Since(start).Seconds())
 }
 
+// measureInterleaved publishes load.syncPublish messages to dest through
+// every one of pubs in turn, one message each per round (the first of a
+// round rotating), and returns for each its metrics: the p50 and p99 of its
+// synchronous publishes and the rate they add up to. A broker that speeds
+// up or slows down during a run (a JIT warming up, a log segment rolling)
+// moves every implementation alike here, where one run after another it
+// favours whichever ran at the better moment.
+func measureInterleaved(tb testing.TB, dest string, pubs []publisher) []metrics {
+	ctx := context.Background()
+	lat := make([][]time.Duration, len(pubs))
+	for _, p := range pubs {
+		if err := p.publish(ctx, dest, msg{}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for i := range load.syncPublish {
+		for k := range pubs {
+			j := (i + k) % len(pubs)
+			start := time.Now()
+			if err := pubs[j].publish(ctx, dest, msg{seq: i}); err != nil {
+				tb.Fatal(err)
+			}
+			lat[j] = append(lat[j], time.Since(start))
+		}
+	}
+	out := make([]metrics, len(pubs))
+	for j, l := range lat {
+		var total time.Duration
+		for _, d := range l {
+			total += d
+		}
+		slices.Sort(l)
+		out[j].add("p50-µs", us(l[len(l)/2]))
+		out[j].add("p99-µs", us(l[len(l)*99/100]))
+		out[j].add("msgs/s", float64(len(l))/total.Seconds())
+	}
+	return out
+}
+
 // measureConcurrentPublish times load.concurrent publishes shared by
 // publishers goroutines.
 func measureConcurrentPublish(b bench, dest string, pub publisher, m *metrics) {
@@ -457,6 +496,19 @@ func (m *metrics) add(name string, v float64) {
 func (m *metrics) report(b *testing.B) {
 	for k, v := range m.sum {
 		b.ReportMetric(v/float64(m.n[k]), k)
+	}
+}
+
+// checkMetrics fails t unless impl's row reported metrics, all positive.
+func checkMetrics(t *testing.T, impl string, m metrics) {
+	t.Helper()
+	if len(m.sum) == 0 {
+		t.Errorf("%s: the row reported no metric", impl)
+	}
+	for k, v := range m.sum {
+		if v <= 0 {
+			t.Errorf("%s: %s = %v", impl, k, v)
+		}
 	}
 }
 
