@@ -319,7 +319,8 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		st := r.state(tp)
 		s := &slot{rec: rec, part: st}
 		st.insert(s)
-		if k := r.laneKey(s); len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[k] > 0) {
+		if len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0) {
+			k := r.laneKey(s)
 			s.back = true // behind what its lane handed back
 			st.backlog = append(st.backlog, s)
 			st.backKeys[k]++
@@ -503,16 +504,51 @@ func (r *Receiver) laneKey(s *slot) string {
 	return ""
 }
 
+// deliveryBox is a delivery and its token in one allocation.
+type deliveryBox struct {
+	d driver.Delivery
+	t token
+}
+
+// delivery returns the delivery of s. Its strings (every header value, the
+// position and the ordering key) share one allocation.
 func (r *Receiver) delivery(s *slot) *driver.Delivery {
 	rec := s.rec
 	s.gen++
-	ordering := s.part.key
-	if k := r.laneKey(s); k != "" {
-		ordering += "|" + k
+	var key []byte
+	if r.cfg.ordering == OrderByKey {
+		key = rec.Key
 	}
-	headers := make(map[string]string, len(rec.Headers))
+	var num [20]byte
+	offset := strconv.AppendInt(num[:0], rec.Offset, 10)
+	size := 2*len(s.part.key) + 2 + len(offset) + len(key)
 	for _, h := range rec.Headers {
-		headers[h.Key] = string(h.Value)
+		size += len(h.Value)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, h := range rec.Headers {
+		b.Write(h.Value)
+	}
+	b.WriteString(s.part.key)
+	b.WriteByte('@')
+	b.Write(offset)
+	if len(key) > 0 {
+		b.WriteString(s.part.key)
+		b.WriteByte('|')
+		b.Write(key)
+	}
+	all := b.String()
+	headers := make(map[string]string, len(rec.Headers))
+	at := 0
+	for _, h := range rec.Headers {
+		headers[h.Key] = all[at : at+len(h.Value)]
+		at += len(h.Value)
+	}
+	position := all[at : at+len(s.part.key)+1+len(offset)]
+	ordering := s.part.key
+	if len(key) > 0 {
+		ordering = all[at+len(position):]
 	}
 	queue := rec.Topic
 	if orig, ok := headers[HeaderOriginalTopic]; ok && strings.HasPrefix(rec.Topic, orig+".retry.") {
@@ -520,17 +556,19 @@ func (r *Receiver) delivery(s *slot) *driver.Delivery {
 	}
 	att, hasAtt := headers[HeaderAttempts]
 	sv, hasSV := headers[HeaderSchemaVersion]
-	return &driver.Delivery{
+	box := &deliveryBox{t: token{s: s, gen: s.gen}}
+	box.d = driver.Delivery{
 		Body:        rec.Value,
 		Queue:       queue,
 		Headers:     headers,
 		Native:      NativeAttempts(att, hasAtt),
 		Gate:        Gate(sv, hasSV),
 		OrderingKey: ordering,
-		Token:       &token{s: s, gen: s.gen},
-		Position:    s.part.key + "@" + strconv.FormatInt(rec.Offset, 10),
+		Token:       &box.t,
+		Position:    position,
 		AsFunc:      recordAs(rec),
 	}
+	return &box.d
 }
 
 func tokenOf(d *driver.Delivery) (*token, error) {
