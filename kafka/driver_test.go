@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,4 +49,56 @@ func TestDriverSuite(t *testing.T) {
 		},
 		Timeout: 60 * time.Second,
 	})
+}
+
+// A delivery names its record (topic/partition@offset), orders by
+// partition and key, and carries every header value as it was sent.
+func TestDeliveryPositionOrderingAndHeaders(t *testing.T) {
+	for _, c := range []struct {
+		ordering Ordering
+		want     func(topic string) string
+	}{
+		{OrderByKey, func(topic string) string { return topic + "/0|k-7" }},
+		{OrderByPartition, func(topic string) string { return topic + "/0" }},
+	} {
+		topic := newTopics(t, 1)
+		snd := newTestSender(t)
+		m := drivertest.SizedMessage(t, testURN, topic, 64)
+		m.Key = "k-7"
+		m.Headers = map[string]string{"x-tenant": "acme", "x-empty": ""}
+		for range 2 {
+			if err := snd.Send(context.Background(), []*driver.Message{m}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rcv := newTestReceiver(t, "g-"+topic, []string{topic}, WithOrdering(c.ordering))
+		var got []*driver.Delivery
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for len(got) < 2 && ctx.Err() == nil {
+			ds, _ := rcv.Receive(ctx, 2)
+			got = append(got, ds...)
+		}
+		cancel()
+		if len(got) < 2 {
+			t.Fatalf("received %d of 2", len(got))
+		}
+		for i, d := range got {
+			if want := fmt.Sprintf("%s/0@%d", topic, i); d.Position != want {
+				t.Errorf("position %q, want %q", d.Position, want)
+			}
+			if want := c.want(topic); d.OrderingKey != want {
+				t.Errorf("ordering key %q, want %q", d.OrderingKey, want)
+			}
+			if d.Headers["x-tenant"] != "acme" || d.Headers["x-empty"] != "" || d.Headers[HeaderJob] != testURN {
+				t.Errorf("headers %v", d.Headers)
+			}
+			if d.Native.Count != 0 || !d.Native.Known {
+				t.Errorf("native attempts %+v, want 0 known", d.Native)
+			}
+			if err := rcv.Ack(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = rcv.Close(context.Background())
+	}
 }
