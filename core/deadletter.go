@@ -140,7 +140,6 @@ func appendNullable(dst []byte, s string) []byte {
 }
 
 func decodeDeadLetter(d *DeadLetter, b []byte) error {
-	str := optionalString
 	var stack [inlineExtras]member
 	extras := stack[:0]
 	var spanBuf [inlineSpans]span
@@ -150,26 +149,26 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 		sp := &spans[i]
 		val := b[sp.vs:sp.ve]
 		var err error
-		switch string(sp.name(b)) {
-		case "reason":
+		switch sp.class {
+		case classReason:
 			var s string
-			err = str("/dead_letter/reason", val, &s)
+			err = optionalString("/dead_letter/reason", val, &s)
 			d.Reason = Reason(s)
-		case "error":
-			err = str("/dead_letter/error", val, &d.Error)
-		case "exception":
-			err = str("/dead_letter/exception", val, &d.Exception)
-		case "original_queue":
-			err = str("/dead_letter/original_queue", val, &d.OriginalQueue)
-		case "lang":
-			err = str("/dead_letter/lang", val, &d.Lang)
-		case "failed_at":
+		case classError:
+			err = optionalString("/dead_letter/error", val, &d.Error)
+		case classException:
+			err = optionalString("/dead_letter/exception", val, &d.Exception)
+		case classOriginalQueue:
+			err = optionalString("/dead_letter/original_queue", val, &d.OriginalQueue)
+		case classDLLang:
+			err = optionalString("/dead_letter/lang", val, &d.Lang)
+		case classFailedAt:
 			n, ok := parseUint(val)
 			if !ok {
 				return decodeErr(ErrFieldType, "/dead_letter/failed_at", "got %s", val)
 			}
 			d.FailedAt = n
-		case "attempts":
+		case classDLAttempts:
 			n, ok := parseCount(val)
 			if !ok {
 				return decodeErr(ErrFieldType, "/dead_letter/attempts", "got %s", val)
@@ -186,23 +185,33 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 	return nil
 }
 
-// deadLetterClass numbers the contract keys of dead_letter (see classify).
+// The classes of the contract keys of dead_letter (see classify).
+const (
+	classReason uint8 = 1 + iota
+	classError
+	classException
+	classOriginalQueue
+	classDLLang
+	classFailedAt
+	classDLAttempts
+)
+
 func deadLetterClass(k []byte) uint8 {
 	switch string(k) {
 	case "reason":
-		return 1
+		return classReason
 	case "error":
-		return 2
+		return classError
 	case "exception":
-		return 3
+		return classException
 	case "original_queue":
-		return 4
+		return classOriginalQueue
 	case "lang":
-		return 5
+		return classDLLang
 	case "failed_at":
-		return 6
+		return classFailedAt
 	case "attempts":
-		return 7
+		return classDLAttempts
 	}
 	return 0
 }

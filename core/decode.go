@@ -106,9 +106,9 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	// them (see newEnvelope).
 	spans = classify(b, spans, topClass)
 	var (
-		ms               []span // the members of the meta that counts
-		nTop, nMeta      int
-		jobSeen, urnSeen bool
+		ms          []span // the members of the meta that counts
+		nTop, nMeta int
+		job, urn    *span // the "job" and "urn" members that count
 	)
 	for k := range spans {
 		sp := &spans[k]
@@ -116,9 +116,9 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		case sp.class == 0:
 			nTop++
 		case sp.class == classJob:
-			jobSeen = true
+			job = sp
 		case sp.class == classURN:
-			urnSeen = true
+			urn = sp
 		case sp.class == classMeta && b[sp.vs] == '{':
 			ms = metaSpans
 			if int(sp.vs) != metaAt { // an earlier "meta", or one with an escaped key
@@ -132,15 +132,11 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 			}
 		}
 	}
-	if jobSeen && urnSeen { // "urn" is kept as an unknown key
+	if job != nil && urn != nil { // "urn" is kept as an unknown key
 		nTop++
 	}
 	e, extras, metaExtras := newEnvelope(nTop, nMeta)
-	var (
-		haveJob, haveURN, haveMeta, haveData bool
-		aliasURN                             []byte
-		alias                                *span
-	)
+	var haveMeta, haveData bool
 	for i := range spans {
 		sp := &spans[i]
 		val := b[sp.vs:sp.ve]
@@ -149,11 +145,8 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 			if val[0] != '"' {
 				return nil, decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
 			}
-			haveJob = true
 			e.URN, _ = ownedString(val)
-		case classURN:
-			haveURN = true
-			aliasURN, alias = val, sp
+		case classURN: // after the loop
 		case classTraceID:
 			if val[0] != '"' {
 				return nil, decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
@@ -200,15 +193,14 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		}
 	}
 	switch {
-	case haveJob:
-		if haveURN { // both present: "job" wins, "urn" is carried as an unknown key
-			extras = append(extras, memberAt(b, alias))
+	case job != nil && urn != nil: // "job" wins, "urn" is carried as an unknown key
+		extras = append(extras, memberAt(b, urn))
+	case urn != nil:
+		val := b[urn.vs:urn.ve]
+		if val[0] != '"' {
+			return nil, decodeErr(ErrNoURN, "/urn", "got %s", jsonKind(val))
 		}
-	case haveURN:
-		if aliasURN[0] != '"' {
-			return nil, decodeErr(ErrNoURN, "/urn", "got %s", jsonKind(aliasURN))
-		}
-		e.URN, _ = ownedString(aliasURN)
+		e.URN, _ = ownedString(val)
 	}
 	if isBlank(e.URN) {
 		return nil, decodeErr(ErrNoURN, "/job", "")
@@ -356,18 +348,17 @@ func (c *decodeConfig) report(pointer string, val []byte) {
 // decodeMeta reads the meta object whose members, classified by metaClass,
 // are spans into m and returns its unknown members, appended to extras.
 func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []member) ([]member, error) {
-	str := optionalString
 	for i := range spans {
 		sp := &spans[i]
 		val := b[sp.vs:sp.ve]
 		var err error
 		switch sp.class {
 		case classID:
-			err = str("/meta/id", val, &m.ID)
+			err = optionalString("/meta/id", val, &m.ID)
 		case classQueue:
-			err = str("/meta/queue", val, &m.Queue)
+			err = optionalString("/meta/queue", val, &m.Queue)
 		case classLang:
-			err = str("/meta/lang", val, &m.Lang)
+			err = optionalString("/meta/lang", val, &m.Lang)
 		case classSchemaVersion:
 			if string(val) != "1" {
 				return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
