@@ -16,6 +16,7 @@ import (
 
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 )
 
@@ -429,15 +430,7 @@ func runConsumer(tb testing.TB, c *queue.Consumer, seen func(string), closers ..
 // encodedMessage is one message as this project's Publisher hands it to a
 // driver, for the raw clients to send as it is.
 func encodedMessage(tb testing.TB, queueName string) *driver.Message {
-	env, err := core.New(urn, order{1, note})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	body, err := env.Encode()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &driver.Message{Envelope: env, Body: body, Queue: queueName}
+	return drivertest.EncodedMessage(tb, urn, queueName, order{1, note})
 }
 
 // bench is what a row needs of a *testing.B; TestRows runs the rows with a

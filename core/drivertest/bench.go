@@ -56,7 +56,14 @@ func ReportRate(b *testing.B, n int, start time.Time) {
 // size bytes (its data is padded), for size-parameterised benchmarks.
 func SizedMessage(tb testing.TB, urn, queueName string, size int) *driver.Message {
 	tb.Helper()
-	env, err := core.New(urn, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))}, core.WithQueue(queueName))
+	return EncodedMessage(tb, urn, queueName, map[string]any{"pad": strings.Repeat("x", max(size-230, 1))})
+}
+
+// EncodedMessage builds a message for queue as a Publisher hands it to a
+// driver: a new envelope of urn and data, and its encoding as the body.
+func EncodedMessage(tb testing.TB, urn, queueName string, data any) *driver.Message {
+	tb.Helper()
+	env, err := core.New(urn, data, core.WithQueue(queueName))
 	if err != nil {
 		tb.Fatal(err)
 	}
