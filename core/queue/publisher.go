@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -172,6 +173,8 @@ type Outgoing struct {
 	Options  []PublishOption
 }
 
+var errNoEnvelope = errors.New("babelqueue: no envelope to publish")
+
 // PublishBatch sends envelopes in one driver call (drivers batch natively:
 // SendMessageBatch, MessageBatch, produce batches). A partial failure returns
 // a *driver.BatchError whose entries line up with batch.
@@ -211,11 +214,17 @@ func (p *Publisher) published(ctx context.Context, m *driver.Message) {
 // Redrive sends a dead-lettered envelope back to its original queue with the
 // dead_letter block removed and attempts reset to 0.
 func (p *Publisher) Redrive(ctx context.Context, dead *core.Envelope, opts ...PublishOption) error {
+	if dead == nil {
+		return errNoEnvelope
+	}
 	env, q := dead.Redrive()
 	return p.PublishEnvelope(ctx, env, append([]PublishOption{ToQueue(q)}, opts...)...)
 }
 
 func (p *Publisher) message(env *core.Envelope, cfg *publishConfig) (*driver.Message, error) {
+	if env == nil {
+		return nil, errNoEnvelope
+	}
 	body, err := env.Encode()
 	if err != nil {
 		return nil, err
