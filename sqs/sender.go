@@ -62,7 +62,21 @@ type config struct {
 	heartbeat    time.Duration
 	maxExtension time.Duration
 	contentDedup bool
+	sendParallel int
 	logger       *slog.Logger
+}
+
+// DefaultSendConcurrency is how many SendMessageBatch requests a Sender has
+// in flight at once for one Send to a standard queue.
+const DefaultSendConcurrency = 8
+
+// WithSendConcurrency sets how many SendMessageBatch requests one Send (a
+// Publisher.PublishBatch of more than ten messages) has in flight at once
+// for a standard queue (default DefaultSendConcurrency; 1 sends them one
+// after another). A FIFO queue's requests are always sent one after
+// another, so each message group keeps its order.
+func WithSendConcurrency(n int) SenderOption {
+	return senderOption(func(c *config) { c.sendParallel = max(n, 1) })
 }
 
 // WithContentBasedDeduplication leaves MessageDeduplicationId unset on FIFO
@@ -139,6 +153,9 @@ func NewSender(api SenderAPI, opts ...SenderOption) *Sender {
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
+	}
+	if cfg.sendParallel == 0 {
+		cfg.sendParallel = DefaultSendConcurrency
 	}
 	return &Sender{api: api, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, clock: time.Now}
 }
@@ -276,9 +293,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 			}
 			continue
 		}
-		for _, chunk := range chunks(es) {
-			s.sendBatch(ctx, u, chunk, errs)
-		}
+		s.sendBatches(ctx, u, chunks(es), errs, IsFIFO(u))
 	}
 	return driver.SendResult(errs)
 }
@@ -301,6 +316,29 @@ func chunks(es []entry) [][]entry {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// sendBatches sends the batches for url: one after another for a FIFO queue
+// (its order is the order of the requests), otherwise up to sendParallel at
+// once. Each batch writes only its own messages' entries of errs.
+func (s *Sender) sendBatches(ctx context.Context, url string, batches [][]entry, errs []error, fifo bool) {
+	if fifo || s.cfg.sendParallel <= 1 || len(batches) == 1 {
+		for _, b := range batches {
+			s.sendBatch(ctx, url, b, errs)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, s.cfg.sendParallel)
+	for _, b := range batches {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			s.sendBatch(ctx, url, b, errs)
+		}()
+	}
+	wg.Wait()
 }
 
 func (s *Sender) sendBatch(ctx context.Context, url string, es []entry, errs []error) {

@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,4 +344,88 @@ func TestAbandonedPollHandsBack(t *testing.T) {
 		}
 	}
 	t.Fatal("the message the abandoned poll took did not come back within 5s (its visibility timeout is 60s)")
+}
+
+// inFlightAPI records how many SendMessageBatch calls overlap, each held
+// for a moment so that calls sent at once do overlap.
+type inFlightAPI struct {
+	*awssqs.Client
+	mu       sync.Mutex
+	now, max int
+}
+
+func (c *inFlightAPI) SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, o ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error) {
+	c.mu.Lock()
+	c.now++
+	c.max = max(c.max, c.now)
+	c.mu.Unlock()
+	defer func() { c.mu.Lock(); c.now--; c.mu.Unlock() }()
+	time.Sleep(20 * time.Millisecond)
+	return c.Client.SendMessageBatch(ctx, in, o...)
+}
+
+// A batch to a standard queue has up to WithSendConcurrency
+// SendMessageBatch requests in flight; one to a FIFO queue sends them one
+// after another and the queue hands the messages back in the order of the
+// batch. Every message arrives once either way.
+func TestBatchPublishConcurrency(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fifo     bool
+		opts     []SenderOption
+		inFlight int
+	}{
+		{"standard", false, nil, DefaultSendConcurrency},
+		{"standard/1", false, []SenderOption{WithSendConcurrency(1)}, 1},
+		{"standard/3", false, []SenderOption{WithSendConcurrency(3)}, 3},
+		{"fifo", true, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQueue(t, tc.fifo)
+			api := &inFlightAPI{Client: client(t)}
+			snd := NewSender(api, tc.opts...)
+			const n = 120
+			batch := make([]queue.Outgoing, n)
+			for i := range batch {
+				env, _ := core.New(testURN, map[string]int{"i": i}, core.WithQueue(q))
+				batch[i] = queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey("one")}}
+			}
+			if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+				t.Fatal(err)
+			}
+			if api.max != tc.inFlight {
+				t.Errorf("%d SendMessageBatch calls in flight at most, want %d", api.max, tc.inFlight)
+			}
+			r := NewReceiver(client(t), q, WithWaitTime(time.Second))
+			defer r.Close(context.Background())
+			var mu sync.Mutex
+			var seen []int
+			stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+				var d struct{ I int }
+				if err := m.Envelope.DecodeData(&d); err != nil {
+					return err
+				}
+				mu.Lock()
+				seen = append(seen, d.I)
+				mu.Unlock()
+				return nil
+			}, queue.WithConcurrency(1), queue.WithBatchSize(10))
+			drivertest.WaitUntil(t, 30*time.Second, "all handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= n })
+			_ = stop()
+			mu.Lock()
+			defer mu.Unlock()
+			counts := make(map[int]int, n)
+			for _, i := range seen {
+				counts[i]++
+			}
+			for i := range n {
+				if counts[i] != 1 {
+					t.Errorf("message %d handled %d times", i, counts[i])
+				}
+			}
+			if tc.fifo && !slices.IsSorted(seen) {
+				t.Errorf("FIFO order lost: %v", seen)
+			}
+		})
+	}
 }
