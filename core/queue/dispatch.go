@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -186,6 +187,12 @@ func (c *Consumer) receiveLoop(ctx context.Context, d *dispatcher) error {
 				return nil
 			}
 		}
+		// Let the worker just handed a delivery run here and now, on this
+		// thread, before the loop blocks in the next Receive: left
+		// queued, it is taken by another thread that must first be woken
+		// (tens of µs on a virtual machine), and a driver that starts a
+		// goroutine to wait in Receive pushes it further back.
+		runtime.Gosched()
 	}
 	return nil
 }
