@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"maps"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,4 +42,31 @@ func TestLag(t *testing.T) {
 	drivertest.WaitUntil(t, 30*time.Second, "lag 0 once all is committed", func() bool {
 		return r.Lag()[topic] == 0
 	})
+}
+
+// Once records stop being settled, what was settled is committed a tenth of
+// the commit interval later, not at the next tick: with a 40 s interval, a
+// burst is committed in about 4 s, long before the first tick.
+func TestQuietCommit(t *testing.T) {
+	topic := newTopics(t, 2)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, 30, true)
+	r := newTestReceiver(t, group, []string{topic}, WithCommitInterval(40*time.Second))
+	defer r.Close(context.Background())
+	var handled atomic.Int32
+	start := time.Now()
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		handled.Add(1)
+		return nil
+	}, queue.WithConcurrency(4))
+	defer func() { _ = stop() }()
+	drivertest.WaitUntil(t, 30*time.Second, "30 handled", func() bool { return handled.Load() == 30 })
+	want := endOffsets(t, topic)
+	drivertest.WaitUntil(t, 30*time.Second, "everything committed", func() bool {
+		return maps.Equal(committed(t, group, topic), want)
+	})
+	if took := time.Since(start); took >= 40*time.Second {
+		t.Fatalf("committed after %v: at the tick, not after the quiet period", took)
+	}
 }
