@@ -119,7 +119,10 @@ var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 func newQueue(t testing.TB, fifo bool) string {
 	t.Helper()
 	api := client(t)
-	name := fmt.Sprintf("bq-%s-%d", unsafeName.ReplaceAllString(t.Name(), "_"), queueNo.Add(1))
+	// The time keeps names apart across runs against one long-lived
+	// server (BQ_SQS_ENDPOINT), where a queue of an earlier run may still
+	// hold messages.
+	name := fmt.Sprintf("bq-%s-%d-%d", unsafeName.ReplaceAllString(t.Name(), "_"), time.Now().UnixNano()%1e6, queueNo.Add(1))
 	if len(name) > 60 {
 		name = name[len(name)-60:]
 	}
