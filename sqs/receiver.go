@@ -154,7 +154,13 @@ func (r *Receiver) queueURL(ctx context.Context) (string, error) {
 // back full (a backlog), ceil(limit/10) at once (queue.WithBatchSize(40)
 // runs four), up to maxPolls. It returns as soon as one of them brings
 // messages, or with none when one comes back empty after the wait time;
-// the others run on, and what they bring waits for the next Receive.
+// the others run on, and what they bring waits for the next Receive. While
+// a standard queue has a backlog, a Receive served from what earlier polls
+// brought starts polls again before it returns, so that that many batches
+// are always running or waiting (their visibility is extended like that of
+// the deliveries handed out, and Close makes them visible again); a FIFO
+// queue's next polls wait for the next Receive, since what a poll takes
+// holds its message group.
 //
 // A poll is never cancelled with ctx: a long poll cut short may already
 // have taken messages on the server, which would then stay invisible for
@@ -188,6 +194,16 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 			out := slices.Clone(r.ready[:n])
 			clear(r.ready[:n])
 			r.ready = r.ready[n:]
+			// While a standard queue has a backlog, keep want polls'
+			// worth running or waiting, so the next Receive finds
+			// messages instead of only then starting its polls. (Not for
+			// a FIFO queue: what a poll takes holds its message group
+			// until it is handled.)
+			for r.backlog && !IsFIFO(r.queue) && r.polling < want && len(r.ready)+r.polling*MaxBatch < want*MaxBatch {
+				r.polling++
+				r.polls.Add(1)
+				go r.poll(u, int32(min(limit, MaxBatch)))
+			}
 			r.pollMu.Unlock()
 			return out, nil
 		}

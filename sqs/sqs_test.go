@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,12 @@ const testURN = "urn:babel:sqs:test"
 // countingAPI counts the calls that matter to the tests.
 type countingAPI struct {
 	*awssqs.Client
-	getURL, sendBatch, deleteBatch atomic.Int32
+	getURL, sendBatch, deleteBatch, receive atomic.Int32
+}
+
+func (c *countingAPI) ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, o ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
+	c.receive.Add(1)
+	return c.Client.ReceiveMessage(ctx, in, o...)
 }
 
 func (c *countingAPI) GetQueueUrl(ctx context.Context, in *awssqs.GetQueueUrlInput, o ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
@@ -426,6 +432,44 @@ func TestBatchPublishConcurrency(t *testing.T) {
 			if tc.fifo && !slices.IsSorted(seen) {
 				t.Errorf("FIFO order lost: %v", seen)
 			}
+		})
+	}
+}
+
+// While a standard queue has a backlog, a Receive served from what a poll
+// brought starts the next poll before it returns, so the messages are on
+// their way while the handlers work; a FIFO queue's are not (what a poll
+// takes holds its message group), so there the next poll waits for the
+// next Receive.
+func TestBacklogPrefetch(t *testing.T) {
+	for _, fifo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standard", true: "fifo"}[fifo], func(t *testing.T) {
+			q := newQueue(t, fifo)
+			snd := NewSender(client(t))
+			batch := make([]queue.Outgoing, 40)
+			for i := range batch {
+				env, _ := core.New(testURN, map[string]int{"i": i}, core.WithQueue(q))
+				batch[i] = queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(fmt.Sprint(i))}}
+			}
+			if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+				t.Fatal(err)
+			}
+			api := &countingAPI{Client: client(t)}
+			r := NewReceiver(api, q, WithWaitTime(time.Second))
+			defer r.Close(context.Background())
+			for range 2 { // the first finds the backlog, the second is served from it
+				if ds, err := r.Receive(context.Background(), 10); err != nil || len(ds) == 0 {
+					t.Fatalf("Receive = %d, %v", len(ds), err)
+				}
+			}
+			if fifo {
+				time.Sleep(300 * time.Millisecond)
+				if n := api.receive.Load(); n != 2 {
+					t.Fatalf("%d ReceiveMessage calls after two receives, want 2", n)
+				}
+				return
+			}
+			drivertest.WaitUntil(t, 5*time.Second, "a third poll", func() bool { return api.receive.Load() == 3 })
 		})
 	}
 }
