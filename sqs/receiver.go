@@ -199,10 +199,8 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 			// messages instead of only then starting its polls. (Not for
 			// a FIFO queue: what a poll takes holds its message group
 			// until it is handled.)
-			for r.backlog && !IsFIFO(r.queue) && r.polling < want && len(r.ready)+r.polling*MaxBatch < want*MaxBatch {
-				r.polling++
-				r.polls.Add(1)
-				go r.poll(u, int32(min(limit, MaxBatch)))
+			if r.backlog && !IsFIFO(r.queue) {
+				r.startPollsLocked(u, limit, want-len(r.ready)/MaxBatch)
 			}
 			r.pollMu.Unlock()
 			return out, nil
@@ -216,11 +214,7 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 			r.pollMu.Unlock()
 			return nil, nil
 		}
-		for r.polling < want {
-			r.polling++
-			r.polls.Add(1)
-			go r.poll(u, int32(min(limit, MaxBatch)))
-		}
+		r.startPollsLocked(u, limit, want)
 		r.pollMu.Unlock()
 		select {
 		case <-r.pollNotify:
@@ -233,6 +227,16 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 			r.pollMu.Unlock()
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// startPollsLocked starts polls of up to limit messages until want are
+// running. r.pollMu is held.
+func (r *Receiver) startPollsLocked(url string, limit, want int) {
+	for r.polling < want {
+		r.polling++
+		r.polls.Add(1)
+		go r.poll(url, int32(min(limit, MaxBatch)))
 	}
 }
 

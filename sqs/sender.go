@@ -293,7 +293,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 			}
 			continue
 		}
-		s.sendBatches(ctx, u, chunks(es), errs, IsFIFO(u))
+		s.sendBatches(ctx, u, chunks(es), errs)
 	}
 	return driver.SendResult(errs)
 }
@@ -321,8 +321,8 @@ func chunks(es []entry) [][]entry {
 // sendBatches sends the batches for url: one after another for a FIFO queue
 // (its order is the order of the requests), otherwise up to sendParallel at
 // once. Each batch writes only its own messages' entries of errs.
-func (s *Sender) sendBatches(ctx context.Context, url string, batches [][]entry, errs []error, fifo bool) {
-	if fifo || s.cfg.sendParallel <= 1 || len(batches) == 1 {
+func (s *Sender) sendBatches(ctx context.Context, url string, batches [][]entry, errs []error) {
+	if IsFIFO(url) || s.cfg.sendParallel <= 1 || len(batches) == 1 {
 		for _, b := range batches {
 			s.sendBatch(ctx, url, b, errs)
 		}
