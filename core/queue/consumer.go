@@ -269,7 +269,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	c.health.start(time.Now())
+	c.health.start(time.Now(), c.concurrency)
 	defer c.health.stop()
 	if err := c.prepare(ctx); err != nil {
 		return err

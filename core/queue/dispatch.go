@@ -69,9 +69,10 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 		d.lanes[key] = &lane{}
 	}
 	if d.workers < d.size {
+		slot := &d.c.health.workers[d.workers]
 		d.workers++
 		d.wg.Add(1)
-		go d.worker()
+		go d.worker(slot)
 	}
 	d.mu.Unlock()
 	d.work <- del // never blocks: work has room for everything pending
@@ -97,15 +98,16 @@ func (d *dispatcher) close() {
 		unstarted = append(unstarted, del)
 	}
 	for _, del := range unstarted {
-		d.handle(del) // ctx is done: gives it back
+		d.handle(del, nil) // ctx is done: gives it back
 	}
 }
 
-func (d *dispatcher) worker() {
+// worker runs deliveries until work is closed; slot is its health slot.
+func (d *dispatcher) worker(slot *workerSlot) {
 	defer d.wg.Done()
 	for del := range d.work {
 		for del != nil {
-			d.handle(del)
+			d.handle(del, slot)
 			del = d.next(del.OrderingKey)
 		}
 	}
@@ -141,7 +143,8 @@ func (d *dispatcher) next(key string) *driver.Delivery {
 // handle processes one delivery, or releases it when shutdown began before
 // it started. A delivery the receiver has superseded since (a rewound or
 // revoked Kafka partition) is neither handled nor settled: it comes again.
-func (d *dispatcher) handle(del *driver.Delivery) {
+// slot is the health slot of the worker that runs it.
+func (d *dispatcher) handle(del *driver.Delivery, slot *workerSlot) {
 	defer func() { <-d.pending }()
 	if d.sup != nil && d.sup.Superseded(del) {
 		d.c.logger.Debug("babelqueue: skipped a superseded delivery; it is delivered again",
@@ -152,9 +155,10 @@ func (d *dispatcher) handle(del *driver.Delivery) {
 		d.c.giveBack(del, nil)
 		return
 	}
-	d.c.health.begin(del, time.Now())
-	defer d.c.health.end(del)
-	d.c.process(d.hctx, d.handlers, del)
+	start := time.Now()
+	slot.begin(start)
+	defer slot.end()
+	d.c.process(d.hctx, d.handlers, del, start)
 }
 
 func (c *Consumer) receiveLoop(ctx context.Context, d *dispatcher) error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/babelqueue/transports/core/driver"
@@ -49,7 +50,7 @@ type health struct {
 	lastLoop    time.Time
 	recvErr     error
 	recvErrs    int
-	inflight    map[*driver.Delivery]time.Time
+	workers     []workerSlot // one per handler the pool may run
 	settleErrs  int64
 	recent      []time.Time // settle errors of the last minute
 }
@@ -64,12 +65,24 @@ func WithStuckThreshold(d time.Duration) ConsumerOption {
 	}
 }
 
-func (h *health) start(now time.Time) {
+// workerSlot is when the worker that owns it started the handler it runs,
+// in Unix nanoseconds (0: idle). Each worker writes only its own slot, with
+// no lock, and Health reads them all; a slot fills its cache line so that
+// workers on different cores do not contend for one.
+type workerSlot struct {
+	since atomic.Int64
+	_     [56]byte
+}
+
+func (w *workerSlot) begin(now time.Time) { w.since.Store(now.UnixNano()) }
+func (w *workerSlot) end()                { w.since.Store(0) }
+
+func (h *health) start(now time.Time, workers int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.running, h.ready, h.started, h.lastLoop = true, false, now, now
 	h.recvErr, h.recvErrs = nil, 0
-	h.inflight = map[*driver.Delivery]time.Time{}
+	h.workers = make([]workerSlot, workers)
 }
 
 func (h *health) stop() {
@@ -89,18 +102,6 @@ func (h *health) received(err error, now time.Time) {
 		return
 	}
 	h.lastReceive, h.recvErr, h.recvErrs, h.ready = now, nil, 0, true
-}
-
-func (h *health) begin(d *driver.Delivery, now time.Time) {
-	h.mu.Lock()
-	h.inflight[d] = now
-	h.mu.Unlock()
-}
-
-func (h *health) end(d *driver.Delivery) {
-	h.mu.Lock()
-	delete(h.inflight, d)
-	h.mu.Unlock()
 }
 
 func (h *health) settleFailed(now time.Time) {
@@ -127,13 +128,18 @@ func (c *Consumer) Health() Health {
 	defer h.mu.Unlock()
 	out := Health{
 		Running: h.running, Ready: h.running && h.ready, Started: h.started, LastReceive: h.lastReceive,
-		ReceiveErrors: h.recvErrs, InFlight: len(h.inflight), SettleErrors: h.settleErrs,
+		ReceiveErrors: h.recvErrs, SettleErrors: h.settleErrs,
 	}
 	if h.recvErr != nil {
 		out.ReceiveError = h.recvErr.Error()
 	}
-	for _, since := range h.inflight {
-		if now.Sub(since) > c.stuckAfter {
+	for i := range h.workers {
+		since := h.workers[i].since.Load()
+		if since == 0 {
+			continue
+		}
+		out.InFlight++
+		if now.Sub(time.Unix(0, since)) > c.stuckAfter {
 			out.Stuck++
 		}
 	}

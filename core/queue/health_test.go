@@ -123,3 +123,39 @@ func waitHealth(t *testing.T, c *queue.Consumer, cond func(queue.Health) bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// InFlight counts each handler running at once, and falls back to 0 as they
+// finish.
+func TestHealthCountsConcurrentHandlers(t *testing.T) {
+	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
+	for range 5 {
+		if _, err := queue.NewPublisher(b.Sender()).Publish(context.Background(), "q", urn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := make(chan struct{})
+	var handled atomic.Int32
+	c := queue.NewConsumer(b.Receiver("q"), b.Sender(), queue.WithConcurrency(3), queue.WithShutdownTimeout(time.Second))
+	c.Handle(urn, func(ctx context.Context, _ *queue.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		handled.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitHealth(t, c, func(s queue.Health) bool { return s.InFlight == 3 })
+	time.Sleep(20 * time.Millisecond)
+	if s := c.Health(); s.InFlight != 3 || s.Stuck != 0 {
+		t.Errorf("three handlers held: %+v", s)
+	}
+	close(release)
+	waitHealth(t, c, func(s queue.Health) bool { return handled.Load() == 5 && s.InFlight == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/babelqueue/transports/core"
@@ -54,28 +55,38 @@ func (c *Consumer) giveBack(d *driver.Delivery, m *Message) bool {
 }
 
 // settleCtx bounds one settlement (ack, release, copy publish). Settlements
-// share a context, renewed when less than half the timeout is
-// left, so that each gets between half the settle timeout and all of it
-// without a context and a timer per message.
+// share a context, renewed when less than half the timeout is left, so that
+// each gets between half the settle timeout and all of it without a context
+// and a timer per message; the context in use is read without a lock.
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
 	s := &c.settles
 	now := time.Now()
+	if w := s.cur.Load(); w != nil && w.deadline.Sub(now) >= c.settleTimeout/2 {
+		return w.ctx, noCancel
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ctx == nil || s.deadline.Sub(now) < c.settleTimeout/2 {
+	w := s.cur.Load()
+	if w == nil || w.deadline.Sub(now) < c.settleTimeout/2 {
 		// The context it replaces expires on its own: settlements may
 		// still be using it.
-		s.deadline = now.Add(c.settleTimeout)
-		s.ctx, s.cancel = context.WithDeadline(context.Background(), s.deadline)
+		w = &settleWindow{deadline: now.Add(c.settleTimeout)}
+		w.ctx, w.cancel = context.WithDeadline(context.Background(), w.deadline)
+		s.cur.Store(w)
 	}
-	return s.ctx, noCancel
+	return w.ctx, noCancel
 }
 
 func noCancel() {}
 
 // settleContexts is the shared context of settleCtx.
 type settleContexts struct {
-	mu       sync.Mutex
+	mu  sync.Mutex // renews cur
+	cur atomic.Pointer[settleWindow]
+}
+
+// settleWindow is a shared settlement context and its deadline.
+type settleWindow struct {
 	ctx      context.Context
 	cancel   context.CancelFunc // unused: it expires on its own
 	deadline time.Time
@@ -89,9 +100,9 @@ func nextAttempt(n int) int {
 	return n + 1
 }
 
-// process handles one delivery end to end and settles it.
-func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc, d *driver.Delivery) {
-	start := time.Now()
+// process handles one delivery end to end and settles it; start is when
+// its worker took it.
+func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc, d *driver.Delivery, start time.Time) {
 	if d.Gate != nil {
 		c.poison(d, d.Gate)
 		return
