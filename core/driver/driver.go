@@ -139,6 +139,13 @@ type Capabilities struct {
 	Delay bool
 	// NativeDeadLetter: the Receiver implements DeadLetterer.
 	NativeDeadLetter bool
+	// Batch is how many deliveries a consumer asks one Receive for when
+	// it is not told (queue.WithBatchSize); 0 leaves the runtime's
+	// default of 10. A driver whose received messages hold nothing on
+	// the broker (no lock or lease to run out while they wait) and whose
+	// Receive costs about the same for a hundred as for one asks for
+	// more: Kafka's fetched records.
+	Batch int
 }
 
 // Receiver receives and settles messages of one queue or subscription.

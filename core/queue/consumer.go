@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,7 +166,14 @@ func WithConcurrency(n int) ConsumerOption {
 	}
 }
 
-// WithBatchSize sets how many deliveries one Receive asks for (default 10).
+// defaultBatch is how many deliveries one Receive asks for when neither
+// WithBatchSize nor the driver (driver.Capabilities.Batch) says.
+const defaultBatch = 10
+
+// WithBatchSize sets how many deliveries one Receive asks for (default: the
+// driver's Capabilities.Batch, 100 for Kafka; otherwise 10). At most twice
+// that many, or twice the concurrency, are received and not yet finished at
+// a time.
 func WithBatchSize(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n > 0 {
@@ -232,7 +240,6 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 		retryNative:     true,
 		backoff:         Exponential(time.Second, time.Minute),
 		concurrency:     1,
-		batch:           10,
 		shutdownTimeout: 30 * time.Second,
 		settleTimeout:   30 * time.Second,
 		logger:          slog.Default(),
@@ -244,6 +251,9 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.batch == 0 {
+		c.batch = cmp.Or(c.caps.Batch, defaultBatch)
 	}
 	if c.onError == nil {
 		c.onError = func(err error) { c.logger.Error("babelqueue consumer", slog.Any("error", err)) }

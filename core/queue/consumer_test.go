@@ -429,3 +429,58 @@ func TestMiddlewareOrderAndContinueFrom(t *testing.T) {
 		t.Errorf("trace not continued: %s %v", ds[0].Body, ds[0].Headers)
 	}
 }
+
+// batchProbe records the max each Receive is asked for, and suggests a
+// batch size of its own.
+type batchProbe struct {
+	*memqueue.Receiver
+	suggest int
+	asked   atomic.Int64
+}
+
+func (b *batchProbe) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	b.asked.Store(int64(max))
+	return b.Receiver.Receive(ctx, max)
+}
+
+func (b *batchProbe) Capabilities() driver.Capabilities {
+	c := b.Receiver.Capabilities()
+	c.Batch = b.suggest
+	return c
+}
+
+// A consumer asks each Receive for WithBatchSize deliveries, else for the
+// driver's suggested batch, else for 10.
+func TestBatchSizeDefaultsToTheDriversSuggestion(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		suggest int
+		opts    []queue.ConsumerOption
+		want    int64
+	}{
+		{"runtime default", 0, nil, 10},
+		{"driver's suggestion", 37, nil, 37},
+		{"option wins", 37, []queue.ConsumerOption{queue.WithBatchSize(5)}, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := memqueue.New(memqueue.WithWaitTime(5 * time.Millisecond))
+			rcv := &batchProbe{Receiver: b.Receiver("q"), suggest: c.suggest}
+			con := queue.NewConsumer(rcv, b.Sender(), c.opts...)
+			con.Handle(urn, func(context.Context, *queue.Message) error { return nil })
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- con.Run(ctx) }()
+			deadline := time.Now().Add(5 * time.Second)
+			for rcv.asked.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := rcv.asked.Load(); got != c.want {
+				t.Errorf("Receive asked for %d, want %d", got, c.want)
+			}
+		})
+	}
+}
