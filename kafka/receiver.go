@@ -59,6 +59,9 @@ type Receiver struct {
 	closed     bool
 	killed     bool
 	warned     time.Time // last fetch warning, for rate limiting
+	// startsKnown: Superseded has been asked, so slot.started tells which
+	// deliveries the runtime has started (see finish).
+	startsKnown bool
 
 	stopCommits chan struct{}
 	stopOnce    sync.Once
@@ -98,10 +101,14 @@ type slot struct {
 	rec  *kgo.Record
 	part *partState
 	gen  uint32 // bumped each time it is handed to the runtime
-	done bool   // settled
-	gone bool   // its partition was revoked or lost
-	held bool   // waiting for its bq-delay; not handed to the runtime yet
-	back bool   // handed back (Release); waiting in the backlog
+	// started: the runtime began handling the delivery of this gen (it
+	// asked Superseded, which answered no). A revoke waits only for
+	// started slots; the others are superseded at once.
+	started bool
+	done    bool // settled
+	gone    bool // its partition was revoked or lost
+	held    bool // waiting for its bq-delay; not handed to the runtime yet
+	back    bool // handed back (Release); waiting in the backlog
 }
 
 // token is a delivery's handle: the slot as it was handed out. A slot
@@ -277,8 +284,17 @@ func recordAs(rec *kgo.Record) func(any) bool {
 
 // Capabilities implements driver.Receiver: Kafka has no native redelivery
 // count, so retries republish (with bq-delay, which this Receiver honours);
-// Release hands records back for redelivery after the delay.
-func (r *Receiver) Capabilities() driver.Capabilities { return driver.Capabilities{Delay: true} }
+// Release hands records back for redelivery after the delay. A consumer
+// not given a batch size asks each Receive for up to ReceiveBatch records:
+// fetched records hold nothing on the broker while they wait.
+func (r *Receiver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Delay: true, Batch: ReceiveBatch}
+}
+
+// ReceiveBatch is the batch size (driver.Capabilities.Batch) a Receiver
+// suggests to the consumer: a hundred records a Receive, against ten, cuts
+// the per-message cost of consuming by about a fifth.
+const ReceiveBatch = 100
 
 // Receive implements driver.Receiver.
 func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
@@ -524,6 +540,7 @@ type deliveryBox struct {
 func (r *Receiver) delivery(s *slot) *driver.Delivery {
 	rec := s.rec
 	s.gen++
+	s.started = false
 	var key []byte
 	if r.cfg.ordering == OrderByKey {
 		key = rec.Key
@@ -617,7 +634,9 @@ func (r *Receiver) Lag() map[string]int64 {
 // Superseded implements driver.Superseder: a delivery handed back by a
 // Release of an earlier record of its partition, or of a revoked partition,
 // is delivered again (by this Receiver or the partition's new owner) and
-// must not be handled now.
+// must not be handled now. The runtime asks just before it starts a
+// delivery, so a delivery it is told to handle counts as started from
+// then on: a revoke waits for it (see WithRevokeTimeout).
 func (r *Receiver) Superseded(d *driver.Delivery) bool {
 	t, err := tokenOf(d)
 	if err != nil {
@@ -625,7 +644,12 @@ func (r *Receiver) Superseded(d *driver.Delivery) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return t.superseded()
+	if t.superseded() {
+		return true
+	}
+	t.s.started = true
+	r.startsKnown = true
+	return false
 }
 
 // Ack implements driver.Receiver: the record's offset becomes committable
@@ -840,6 +864,21 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 		}()
 	}
 	r.mu.Lock()
+	// What the runtime has received but not started is given up at once:
+	// the partition's next owner receives it from the committed offset,
+	// and the runtime skips it (Superseded). Only handlers already running
+	// are waited for, so a revoke takes as long as they do, however many
+	// records were received ahead.
+	// (A caller that never asks Superseded, using the Receiver on its own,
+	// starts nothing that the Receiver knows of: all it holds is waited
+	// for.)
+	if r.startsKnown {
+		r.forEachSlotLocked(parts, func(s *slot) {
+			if !s.started && !s.done {
+				s.gone = true
+			}
+		})
+	}
 	for r.busyLocked(parts) && time.Now().Before(deadline) {
 		r.cond.Wait()
 	}
@@ -847,18 +886,12 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	if commit && !r.killed {
 		offsets = r.dirtyLocked(parts)
 	}
+	r.forEachSlotLocked(parts, func(s *slot) { s.gone = true })
 	var paused []topicPartition
 	for topic, ps := range parts {
 		for _, p := range ps {
 			tp := topicPartition{topic, p}
-			st := r.parts[tp]
-			if st == nil {
-				continue
-			}
-			for _, s := range st.inflight {
-				s.gone = true
-			}
-			if st.paused {
+			if st := r.parts[tp]; st != nil && st.paused {
 				paused = append(paused, tp)
 			}
 			delete(r.parts, tp)
@@ -871,23 +904,27 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	r.resume(paused)
 }
 
-// busyLocked reports whether a record of parts is with the runtime: handed
-// out and neither settled nor superseded.
-func (r *Receiver) busyLocked(parts map[string][]int32) bool {
+// forEachSlotLocked calls fn with every in-flight slot of parts.
+func (r *Receiver) forEachSlotLocked(parts map[string][]int32, fn func(*slot)) {
 	for topic, ps := range parts {
 		for _, p := range ps {
-			st := r.parts[topicPartition{topic, p}]
-			if st == nil {
-				continue
-			}
-			for _, s := range st.inflight {
-				if !s.done && !s.gone && !s.held && !s.back {
-					return true
+			if st := r.parts[topicPartition{topic, p}]; st != nil {
+				for _, s := range st.inflight {
+					fn(s)
 				}
 			}
 		}
 	}
-	return false
+}
+
+// busyLocked reports whether a record of parts is with the runtime: handed
+// out and neither settled nor superseded.
+func (r *Receiver) busyLocked(parts map[string][]int32) bool {
+	busy := false
+	r.forEachSlotLocked(parts, func(s *slot) {
+		busy = busy || !s.done && !s.gone && !s.held && !s.back
+	})
+	return busy
 }
 
 // Prepare implements driver.Preparer: it checks that the brokers can be

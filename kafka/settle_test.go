@@ -270,3 +270,73 @@ func TestAs(t *testing.T) {
 		t.Error("a delivery without AsFunc answered As")
 	}
 }
+
+// A revoke waits for the handlers already running, not for every record the
+// consumer received ahead (a hundred a Receive by default): the second
+// member gets work within a handler's time, not after the first member has
+// worked through its whole backlog. What was given up is committed by
+// nobody and comes to the new owner.
+func TestRevokeWaitsOnlyForStartedHandlers(t *testing.T) {
+	const n = 200
+	topic := newTopics(t, 2)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, n, true)
+
+	type where struct {
+		part int32
+		off  int64
+	}
+	var mu sync.Mutex
+	handled := map[where]bool{}
+	var atA, atB atomic.Int32
+	handler := func(count *atomic.Int32) queue.HandlerFunc {
+		return func(ctx context.Context, m *queue.Message) error {
+			select {
+			case <-time.After(150 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var rec *kgo.Record
+			if !m.Delivery.As(&rec) {
+				t.Error("no record behind the delivery")
+				return nil
+			}
+			mu.Lock()
+			handled[where{rec.Partition, rec.Offset}] = true
+			mu.Unlock()
+			count.Add(1)
+			return nil
+		}
+	}
+	// With the revoke waiting for all ~100 received records of the revoked
+	// partition, one at a time, the second member would wait ~15s.
+	opts := []ReceiverOption{WithRevokeTimeout(30 * time.Second)}
+	ra := newTestReceiver(t, group, []string{topic}, opts...)
+	stopA := drivertest.StartConsumer(t, ra, snd, testURN, handler(&atA), queue.WithShutdownTimeout(time.Second))
+	drivertest.WaitUntil(t, 30*time.Second, "the first member handling", func() bool { return atA.Load() >= 2 })
+
+	rb := newTestReceiver(t, group, []string{topic}, opts...)
+	stopB := drivertest.StartConsumer(t, rb, snd, testURN, handler(&atB), queue.WithShutdownTimeout(time.Second))
+	drivertest.WaitUntil(t, 6*time.Second, "work at the second member (the revoke waited for records not started)",
+		func() bool { return atB.Load() >= 1 })
+
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	_ = rb.Close(context.Background())
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ra.Close(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	for p, off := range committed(t, group, topic) {
+		for o := range off {
+			if !handled[where{p, o}] {
+				t.Errorf("partition %d committed at %d, but offset %d was never handled", p, off, o)
+				break
+			}
+		}
+	}
+}
