@@ -98,7 +98,7 @@ func (d *dispatcher) close() {
 		unstarted = append(unstarted, del)
 	}
 	for _, del := range unstarted {
-		d.handle(del, nil) // ctx is done: gives it back
+		d.giveBack(del)
 	}
 }
 
@@ -140,25 +140,42 @@ func (d *dispatcher) next(key string) *driver.Delivery {
 	return nil
 }
 
-// handle processes one delivery, or releases it when shutdown began before
-// it started. A delivery the receiver has superseded since (a rewound or
-// revoked Kafka partition) is neither handled nor settled: it comes again.
-// slot is the health slot of the worker that runs it.
+// handle processes one delivery, or gives it back when shutdown began
+// before it started. slot is the health slot of the worker that runs it.
 func (d *dispatcher) handle(del *driver.Delivery, slot *workerSlot) {
-	defer func() { <-d.pending }()
-	if d.sup != nil && d.sup.Superseded(del) {
-		d.c.logger.Debug("babelqueue: skipped a superseded delivery; it is delivered again",
-			slog.String("queue", del.Queue), slog.String("position", del.Position))
+	if d.ctx.Err() != nil {
+		d.giveBack(del)
 		return
 	}
-	if d.ctx.Err() != nil {
-		d.c.giveBack(del, nil)
+	defer func() { <-d.pending }()
+	if d.superseded(del) {
 		return
 	}
 	start := time.Now()
 	slot.begin(start)
 	defer slot.end()
 	d.c.process(d.hctx, d.handlers, del, start)
+}
+
+// giveBack returns a delivery no handler will run: shutdown began, or the
+// receiver closed, before a worker started it.
+func (d *dispatcher) giveBack(del *driver.Delivery) {
+	defer func() { <-d.pending }()
+	if !d.superseded(del) {
+		d.c.giveBack(del, nil)
+	}
+}
+
+// superseded reports a delivery the receiver has superseded since it was
+// received (a rewound or revoked Kafka partition): it is neither handled
+// nor settled, for it comes again.
+func (d *dispatcher) superseded(del *driver.Delivery) bool {
+	if d.sup == nil || !d.sup.Superseded(del) {
+		return false
+	}
+	d.c.logger.Debug("babelqueue: skipped a superseded delivery; it is delivered again",
+		slog.String("queue", del.Queue), slog.String("position", del.Position))
+	return true
 }
 
 func (c *Consumer) receiveLoop(ctx context.Context, d *dispatcher) error {

@@ -207,6 +207,60 @@ func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
 	}
 }
 
+// closingDriver is a returnDriver whose receiver closes once its script
+// is handed out, as a driver closed under a running consumer does.
+type closingDriver struct {
+	returnDriver
+}
+
+func (d *closingDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queue) == 0 {
+		return nil, driver.ErrClosed
+	}
+	n := min(max, len(d.queue))
+	out := d.queue[:n:n]
+	d.queue = d.queue[n:]
+	return out, nil
+}
+
+// TestClosedReceiverGivesBackUnstarted: when the receiver closes under a
+// running consumer, Run returns driver.ErrClosed, the handler it started
+// finishes and is acknowledged, and every delivery no worker had started,
+// keyed or not, is given back.
+func TestClosedReceiverGivesBackUnstarted(t *testing.T) {
+	d := &closingDriver{}
+	for i := range 20 {
+		e, _ := core.New("urn:babel:orders:created", map[string]any{"i": i}, core.WithQueue("orders"))
+		body, _ := e.Encode()
+		del := &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}}
+		if i%2 == 0 {
+			del.OrderingKey = fmt.Sprintf("k%d", i%4)
+		}
+		d.queue = append(d.queue, del)
+	}
+	var handled atomic.Int64
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(20),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, _ *queue.Message) error {
+		handled.Add(1)
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	err := c.Run(context.Background())
+	if !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Run = %v, want driver.ErrClosed", err)
+	}
+	h, acked, returned := handled.Load(), d.acked.Load(), d.returned.Load()
+	if h == 0 || acked != h {
+		t.Errorf("%d handled, %d acknowledged", h, acked)
+	}
+	if h+returned != 20 {
+		t.Errorf("%d handled + %d given back = %d, want 20", h, returned, h+returned)
+	}
+}
+
 // asyncDriver acknowledges in the background after a delay, as a receiver
 // batching its deletes does, failing the acknowledgements of failSeq.
 type asyncDriver struct {
