@@ -1,7 +1,7 @@
 // Command testreport reads `go test -json` on its standard input and prints
 // what a person wants from a long test run: one line per package as go test
 // prints it (ok / FAIL, with its time), the full output of every failed
-// test, and at the end a summary of the skipped tests grouped by the reason
+// test and of every test a dying test binary left unfinished, and at the end a summary of the skipped tests grouped by the reason
 // they gave, so that integration tests that skipped for want of a server are
 // never mistaken for passes. It exits 1 when anything failed.
 //
@@ -170,6 +170,24 @@ func (r *report) event(e event) {
 			}
 			delete(r.output, k)
 			return
+		}
+		// A test binary that died (a panic in a goroutine, a timeout, a
+		// race report after the tests) ends its package without ending the
+		// tests that were running: their output holds the reason.
+		var running []string
+		for o := range r.output {
+			if o.pkg == e.Package && o.test != "" {
+				running = append(running, o.test)
+			}
+		}
+		sort.Strings(running)
+		for _, name := range running {
+			o := key{e.Package, name}
+			fmt.Fprintf(r.out, "--- DID NOT FINISH: %s\n", name)
+			for _, l := range r.output[o] {
+				fmt.Fprint(r.out, l)
+			}
+			delete(r.output, o)
 		}
 		for _, l := range r.output[k] { // package-level output: panics, TestMain failures
 			if !strings.HasPrefix(l, "=== ") && !strings.HasPrefix(l, "--- ") && strings.TrimSpace(l) != "FAIL" {

@@ -46,6 +46,39 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// died is a test binary that panicked in a goroutine of a subtest: the
+// package fails, and neither the test nor its subtest ever ends.
+const died = `{"Action":"run","Package":"q","Test":"TestBoom"}
+{"Action":"output","Package":"q","Test":"TestBoom","Output":"=== RUN   TestBoom\n"}
+{"Action":"run","Package":"q","Test":"TestBoom/sub"}
+{"Action":"output","Package":"q","Test":"TestBoom/sub","Output":"=== RUN   TestBoom/sub\n"}
+{"Action":"output","Package":"q","Test":"TestBoom/sub","Output":"panic: runtime error: invalid memory address or nil pointer dereference\n"}
+{"Action":"output","Package":"q","Test":"TestBoom/sub","Output":"\tq/dispatch.go:101 +0x405\n"}
+{"Action":"output","Package":"q","Output":"FAIL\tq\t0.004s\n"}
+{"Action":"fail","Package":"q","Elapsed":0.005}
+`
+
+func TestReportShowsWhyABinaryDied(t *testing.T) {
+	var out bytes.Buffer
+	r := &report{out: &out, output: map[key][]string{}, skips: map[string][]string{}}
+	if err := r.read(strings.NewReader(died)); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"--- DID NOT FINISH: TestBoom/sub\n",
+		"panic: runtime error: invalid memory address or nil pointer dereference\n\tq/dispatch.go:101 +0x405\n",
+		"FAIL\tq\t0.005s\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if !r.failed {
+		t.Error("a dead test binary did not fail the report")
+	}
+}
+
 func TestSkipsFileRoundTrip(t *testing.T) {
 	path := t.TempDir() + "/skips"
 	for range 2 {
