@@ -163,21 +163,27 @@ func (d *returnDriver) Ack(context.Context, *driver.Delivery) error {
 	return nil
 }
 
+// halfKeyed is n deliveries of orders, every other one on one of two keys.
+func halfKeyed(n int) []*driver.Delivery {
+	out := make([]*driver.Delivery, n)
+	for i := range out {
+		e, _ := core.New("urn:babel:orders:created", map[string]any{"i": i}, core.WithQueue("orders"))
+		body, _ := e.Encode()
+		out[i] = &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}}
+		if i%2 == 0 {
+			out[i].OrderingKey = fmt.Sprintf("k%d", i%4)
+		}
+	}
+	return out
+}
+
 // TestShutdownGivesBackUnstartedAtOnce: at shutdown the deliveries the pool
 // holds but has not started are all handed back, on keyed lanes and off
 // them, without waiting for a worker and within Run: a slow handler and a
 // short shutdown timeout lose none of them.
 func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
 	d := &returnDriver{}
-	for i := range 40 {
-		e, _ := core.New("urn:babel:orders:created", map[string]any{"i": i}, core.WithQueue("orders"))
-		body, _ := e.Encode()
-		del := &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}}
-		if i%2 == 0 {
-			del.OrderingKey = fmt.Sprintf("k%d", i%4)
-		}
-		d.queue = append(d.queue, del)
-	}
+	d.queue = halfKeyed(40)
 	started := make(chan struct{}, 40)
 	var startedN atomic.Int64
 	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(20),
@@ -231,15 +237,7 @@ func (d *closingDriver) Receive(ctx context.Context, max int) ([]*driver.Deliver
 // keyed or not, is given back.
 func TestClosedReceiverGivesBackUnstarted(t *testing.T) {
 	d := &closingDriver{}
-	for i := range 20 {
-		e, _ := core.New("urn:babel:orders:created", map[string]any{"i": i}, core.WithQueue("orders"))
-		body, _ := e.Encode()
-		del := &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}}
-		if i%2 == 0 {
-			del.OrderingKey = fmt.Sprintf("k%d", i%4)
-		}
-		d.queue = append(d.queue, del)
-	}
+	d.queue = halfKeyed(20)
 	var handled atomic.Int64
 	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(20),
 		queue.WithLogger(slog.New(slog.DiscardHandler)))

@@ -80,12 +80,7 @@ func TestHealthFollowsTheConnection(t *testing.T) {
 // A handler running past the stuck threshold, holding the only slot, makes
 // the consumer not live.
 func TestHealthReportsStuckHandlers(t *testing.T) {
-	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
-	for range 3 {
-		if _, err := queue.NewPublisher(b.Sender()).Publish(context.Background(), "q", urn, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := memqueueWith(t, 3)
 	release := make(chan struct{})
 	c := queue.NewConsumer(b.Receiver("q"), b.Sender(), queue.WithStuckThreshold(200*time.Millisecond),
 		queue.WithBatchSize(1), queue.WithShutdownTimeout(time.Second))
@@ -127,12 +122,7 @@ func waitHealth(t *testing.T, c *queue.Consumer, cond func(queue.Health) bool) {
 // InFlight counts each handler running at once, and falls back to 0 as they
 // finish.
 func TestHealthCountsConcurrentHandlers(t *testing.T) {
-	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
-	for range 5 {
-		if _, err := queue.NewPublisher(b.Sender()).Publish(context.Background(), "q", urn, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := memqueueWith(t, 5)
 	release := make(chan struct{})
 	var handled atomic.Int32
 	c := queue.NewConsumer(b.Receiver("q"), b.Sender(), queue.WithConcurrency(3), queue.WithShutdownTimeout(time.Second))
@@ -158,4 +148,17 @@ func TestHealthCountsConcurrentHandlers(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// memqueueWith is an in-memory broker whose queue "q" holds n messages of
+// urn, and whose receives wait 10ms when it is empty.
+func memqueueWith(t *testing.T, n int) *memqueue.Broker {
+	t.Helper()
+	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
+	for range n {
+		if _, err := queue.NewPublisher(b.Sender()).Publish(context.Background(), "q", urn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
 }

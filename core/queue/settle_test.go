@@ -357,12 +357,7 @@ func (h *hangingAcks) Ack(ctx context.Context, _ *driver.Delivery) error {
 // share a deadline: a hung ack is cut off after between half the timeout
 // and all of it, and reported.
 func TestSettleTimeoutBoundsAHungAck(t *testing.T) {
-	b := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
-	for range 3 {
-		if _, err := queue.NewPublisher(b.Sender()).Publish(context.Background(), "q", urn, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := memqueueWith(t, 3)
 	rcv := &hangingAcks{Receiver: b.Receiver("q"), waited: make(chan time.Duration, 3)}
 	var reported atomic.Int32
 	c := queue.NewConsumer(rcv, b.Sender(), queue.WithSettleTimeout(400*time.Millisecond),

@@ -27,17 +27,13 @@ func TestReport(t *testing.T) {
 	}
 	r.summary()
 	got := out.String()
-	for _, want := range []string{
+	wantAll(t, got,
 		"--- FAIL: TestC (200ms)\n    c_test.go:3: boom\n",
 		"FAIL\tp\t0.300s\n",
 		"tests: 3 run, 1 skipped:\n",
 		"  1 skipped: no Pulsar broker: run scripts/pulsar-server.sh start and set BQ_PULSAR_URL=pulsar://127.0.0.1:16650\n",
 		"      p TestB\n",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("report lacks %q:\n%s", want, got)
-		}
-	}
+	)
 	if !r.failed {
 		t.Error("a failed test did not fail the report")
 	}
@@ -64,16 +60,11 @@ func TestReportShowsWhyABinaryDied(t *testing.T) {
 	if err := r.read(strings.NewReader(died)); err != nil {
 		t.Fatal(err)
 	}
-	got := out.String()
-	for _, want := range []string{
+	wantAll(t, out.String(),
 		"--- DID NOT FINISH: TestBoom/sub\n",
 		"panic: runtime error: invalid memory address or nil pointer dereference\n\tq/dispatch.go:101 +0x405\n",
 		"FAIL\tq\t0.005s\n",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("report lacks %q:\n%s", want, got)
-		}
-	}
+	)
 	if !r.failed {
 		t.Error("a dead test binary did not fail the report")
 	}
@@ -98,5 +89,15 @@ func TestSkipsFileRoundTrip(t *testing.T) {
 	r.summary()
 	if !strings.Contains(out.String(), "tests: 6 run, 2 skipped:") || !strings.Contains(out.String(), "  2 skipped: no Pulsar broker") {
 		t.Errorf("summary:\n%s", out.String())
+	}
+}
+
+// wantAll fails t for each of wants that got lacks.
+func wantAll(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
 	}
 }
