@@ -272,7 +272,10 @@ func (c *Consumer) Handle(urn string, h HandlerFunc, mws ...Middleware) {
 // Run receives and handles messages until ctx is cancelled, then shuts down
 // gracefully: it stops receiving, releases deliveries it had not started,
 // waits up to the shutdown timeout for in-flight handlers, and returns nil
-// (or ErrShutdownTimeout). It returns early only when the receiver is closed.
+// (or ErrShutdownTimeout). It returns early only when the receiver is
+// closed, with an error for which errors.Is(err, driver.ErrClosed) holds:
+// the deliveries no handler had started are given back, and the running
+// handlers get the same shutdown timeout.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("babelqueue: consumer is already running")
