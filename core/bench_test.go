@@ -86,6 +86,22 @@ func BenchmarkRetryHop(b *testing.B) {
 			}
 		}
 	})
+	// The consumer's hop: it owns each body it receives, so it decodes
+	// with RetainBody and skips the copy.
+	b.Run("impl=babelqueue-retained", func(b *testing.B) {
+		dec := core.NewDecoder(core.RetainBody())
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			e, err := dec.Decode(body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.WithAttempts(e.Attempts + 1).Encode(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("impl=stdlib", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()

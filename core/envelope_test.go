@@ -263,6 +263,26 @@ func ExampleDecode() {
 	// {"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":123456789012345678901},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000,"tenant":"acme"},"attempts":1}
 }
 
+// A consumer that owns each body it receives decodes it in place: the
+// envelope points into the body, which must not change afterwards.
+func ExampleRetainBody() {
+	dec := core.NewDecoder(core.RetainBody())
+	for _, body := range [][]byte{
+		[]byte(`{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"order_id":1},"meta":{"id":"m-1","queue":"orders","lang":"php","schema_version":1,"created_at":1749132727000},"attempts":0}`),
+		[]byte(`{"job":"urn:babel:orders:cancelled","trace_id":"t-2","data":{"order_id":2},"meta":{"id":"m-2","queue":"orders","lang":"java","schema_version":1,"created_at":1749132728000},"attempts":2}`),
+	} {
+		e, err := dec.Decode(body)
+		if err != nil {
+			fmt.Println("rejected:", err)
+			continue
+		}
+		fmt.Println(e.URN, e.Meta.Lang, e.Attempts)
+	}
+	// Output:
+	// urn:babel:orders:created php 0
+	// urn:babel:orders:cancelled java 2
+}
+
 // A Decoder applies its options once and decodes like Decode with them.
 func TestDecoder(t *testing.T) {
 	var warned []string

@@ -71,3 +71,56 @@ func TestRetryHopAllocations(t *testing.T) {
 		t.Errorf("Decode takes %v allocations, want at most 2 (the body copy, the envelope with its unknown members)", decodeOnly)
 	}
 }
+
+// TestRetainBody checks the two ways Decode treats its input: by default
+// the envelope owns a copy, so the caller may reuse the body at once; with
+// RetainBody it keeps the body itself and saves that copy's allocation.
+func TestRetainBody(t *testing.T) {
+	const text = `{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"order_id":1042},"meta":{"id":"m-1","queue":"orders","lang":"php","schema_version":1,"created_at":1760000000000,"tenant":"acme"},"attempts":1,"x-origin":{"region":"eu"}}`
+	body := []byte(text)
+	copied, err := core.Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retained, err := core.Decode(body, core.RetainBody())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := copied.Encode()
+	if got, _ := retained.Encode(); string(got) != string(want) {
+		t.Fatalf("RetainBody encodes\n%s\nwant\n%s", got, want)
+	}
+	// The caller reuses its buffer: the copying envelope must not see it.
+	copy(body, strings.Repeat("#", len(body)))
+	if got, _ := copied.Encode(); string(got) != string(want) {
+		t.Errorf("Decode's envelope changed with the caller's buffer:\n%s", got)
+	}
+	if copied.URN != "urn:babel:orders:created" || copied.Meta.Queue != "orders" {
+		t.Errorf("Decode's fields changed with the caller's buffer: %q %q", copied.URN, copied.Meta.Queue)
+	}
+
+	// Whitespace between tokens is compacted into a new slice either way.
+	spaced := []byte(strings.ReplaceAll(text, ",", ", "))
+	e, err := core.Decode(spaced, core.RetainBody())
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(spaced, strings.Repeat("#", len(spaced)))
+	if got, _ := e.Encode(); string(got) != string(want) {
+		t.Errorf("RetainBody on a spaced body kept the caller's bytes:\n%s", got)
+	}
+
+	if raceEnabled {
+		return // allocation counts are not meaningful under the race detector
+	}
+	dec := core.NewDecoder(core.RetainBody())
+	body = []byte(text)
+	n := testing.AllocsPerRun(200, func() {
+		if _, err := dec.Decode(body); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 1 {
+		t.Errorf("Decode with RetainBody takes %v allocations, want 1 (the envelope with its unknown members)", n)
+	}
+}

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io/fs"
 	"strings"
@@ -35,12 +36,19 @@ func FuzzDecode(f *testing.F) {
 	quiet := core.WithWarnFunc(func(core.Warning) {})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e, err := core.Decode(body, quiet)
+		retained, rerr := core.Decode(bytes.Clone(body), quiet, core.RetainBody())
+		if (err == nil) != (rerr == nil) {
+			t.Fatalf("Decode: %v; with RetainBody: %v", err, rerr)
+		}
 		if err != nil {
 			return
 		}
 		out, err := e.Encode()
 		if err != nil {
 			t.Fatalf("accepted envelope does not encode: %v", err)
+		}
+		if rout, _ := retained.Encode(); string(rout) != string(out) {
+			t.Fatalf("RetainBody decodes differently:\n%q\n%q", out, rout)
 		}
 		if !json.Valid(out) {
 			t.Fatalf("encoded invalid JSON %q", out)

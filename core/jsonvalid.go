@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // maxDepth is encoding/json's nesting limit, kept so that both accept and
@@ -61,6 +62,9 @@ func (s *scanner) fail(i int, what string) error {
 }
 
 func (s *scanner) ws(i int) int {
+	if i < len(s.b) && s.b[i] > ' ' {
+		return i // compact JSON: no whitespace, one comparison
+	}
 	for i < len(s.b) {
 		switch s.b[i] {
 		case ' ', '\t', '\n', '\r':
@@ -248,27 +252,33 @@ var strSafe = func() (t [256]bool) {
 	return t
 }()
 
+// str validates the string at i (its opening quote) and returns the offset
+// just past its closing quote.
 func (s *scanner) str(i int) (int, error) {
 	b := s.b
 	i++
-	for i < len(b) {
+	for {
 		// Eight bytes at a time while none needs a look: no '"', '\\' or
-		// control byte (a false alarm only falls through to the byte loop).
-		for i+8 <= len(b) {
+		// control byte. The lowest flagged byte is always a true one (a
+		// false alarm can only sit above a true one), so the scan jumps
+		// straight to it; only the last few bytes of the body go one by one.
+		if i+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[i:])
-			if hasZero(w^quotes)|hasZero(w^backslashes)|hasLess(w, 0x20) != 0 {
-				break
+			m := hasZero(w^quotes) | hasZero(w^backslashes) | hasLess(w, 0x20)
+			if m == 0 {
+				i += 8
+				continue
 			}
-			i += 8
+			i += bits.TrailingZeros64(m) >> 3
+		} else {
+			for i < len(b) && strSafe[b[i]] {
+				i++
+			}
+			if i >= len(b) {
+				return i, s.fail(i, "in string literal")
+			}
 		}
-		for i < len(b) && strSafe[b[i]] {
-			i++
-		}
-		if i >= len(b) {
-			break
-		}
-		c := b[i]
-		switch {
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1, nil
 		case c == '\\':
@@ -289,13 +299,10 @@ func (s *scanner) str(i int) (int, error) {
 			default:
 				return i + 1, s.fail(i+1, "in string escape code")
 			}
-		case c < 0x20:
+		default: // a control byte
 			return i, s.fail(i, "in string literal")
-		default:
-			i++
 		}
 	}
-	return i, s.fail(i, "in string literal")
 }
 
 const (

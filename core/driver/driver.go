@@ -96,7 +96,10 @@ func (e *BatchError) Failed(i int) error {
 
 // Delivery is one received message.
 type Delivery struct {
-	// Body is the raw message body.
+	// Body is the raw message body. It belongs to the consumer once
+	// received: the driver must never modify or reuse it (the consumer
+	// decodes it in place, see core.RetainBody), and neither may a handler
+	// that reaches it through As.
 	Body []byte
 	// Queue is the logical queue or topic it was consumed from.
 	Queue string

@@ -258,7 +258,9 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 	if c.onError == nil {
 		c.onError = func(err error) { c.logger.Error("babelqueue consumer", slog.Any("error", err)) }
 	}
-	c.decoder = core.NewDecoder(core.WithLogger(c.logger))
+	// Each delivery's body is the consumer's own (see driver.Delivery), so
+	// it is decoded in place rather than copied.
+	c.decoder = core.NewDecoder(core.WithLogger(c.logger), core.RetainBody())
 	c.asyncAcker, _ = rcv.(driver.AsyncAcker)
 	return c
 }
