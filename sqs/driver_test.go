@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -71,4 +72,69 @@ func TestDriverSuiteFIFO(t *testing.T) {
 		DeadLetterQueue: DeadLetterQueue,
 		Timeout:         30 * time.Second,
 	})
+}
+
+// TestCloseUnderReceive closes the Receiver while a receive loop runs, as
+// a consumer's does until it notices: no poll may start once Close waits
+// for them (the race detector caught one adding to the WaitGroup Close was
+// waiting on), the loop ends with driver.ErrClosed, and every message it
+// was not handed is visible again at once.
+func TestCloseUnderReceive(t *testing.T) {
+	api := client(t)
+	for round := range 4 {
+		q := newQueue(t, false)
+		const n = 40
+		msgs := make([]*driver.Message, n)
+		for i := range msgs {
+			msgs[i] = drivertest.EncodedMessage(t, testURN, q, map[string]int{"i": i})
+		}
+		snd := NewSender(api)
+		for i := 0; i < n; i += MaxBatch {
+			if err := snd.Send(context.Background(), msgs[i:i+MaxBatch]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := NewReceiver(api, q, WithWaitTime(time.Second), WithVisibilityTimeout(30*time.Second))
+		handed := make(chan int, 1)
+		go func() {
+			got := 0
+			for {
+				ds, err := r.Receive(context.Background(), 3)
+				got += len(ds)
+				if err != nil {
+					if !errors.Is(err, driver.ErrClosed) {
+						t.Errorf("round %d: Receive: %v, want driver.ErrClosed", round, err)
+					}
+					handed <- got
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Duration(20*(round+1)) * time.Millisecond)
+		if err := r.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		select {
+		case got = <-handed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Receive still running 10 s after Close", round)
+		}
+		// What was handed out stays invisible (30 s); the rest must be
+		// receivable now.
+		r2 := NewReceiver(api, q, WithWaitTime(time.Second), WithVisibilityTimeout(30*time.Second))
+		again := 0
+		deadline := time.Now().Add(5 * time.Second)
+		for again < n-got && time.Now().Before(deadline) {
+			ds, err := r2.Receive(context.Background(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again += len(ds)
+		}
+		_ = r2.Close(context.Background())
+		if again != n-got {
+			t.Errorf("round %d: %d handed out before Close, %d visible again after it, want %d", round, got, again, n-got)
+		}
+	}
 }

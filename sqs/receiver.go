@@ -75,6 +75,7 @@ type Receiver struct {
 	ready      []*driver.Delivery // received, not handed out yet
 	pollErr    error              // the last failed poll's, for the next Receive
 	abandoned  bool               // the last Receive gave up waiting (its ctx ended)
+	pollsShut  bool               // Close has begun: no poll starts again
 	backlog    bool               // the last poll came back full
 	pollNotify chan struct{}      // a poll finished
 	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
@@ -190,6 +191,10 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 	r.pollMu.Unlock()
 	for {
 		r.pollMu.Lock()
+		if r.pollsShut {
+			r.pollMu.Unlock()
+			return nil, driver.ErrClosed
+		}
 		if n := min(limit, len(r.ready)); n > 0 {
 			out := slices.Clone(r.ready[:n])
 			clear(r.ready[:n])
@@ -233,7 +238,7 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 // startPollsLocked starts polls of up to limit messages until want are
 // running. r.pollMu is held.
 func (r *Receiver) startPollsLocked(url string, limit, want int) {
-	for r.polling < want {
+	for !r.pollsShut && r.polling < want {
 		r.polling++
 		r.polls.Add(1)
 		go r.poll(url, int32(min(limit, MaxBatch)))
@@ -557,6 +562,17 @@ func (r *Receiver) Close(ctx context.Context) error {
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.done
+	// No poll starts once Close waits for them (a Receive running
+	// concurrently would otherwise add to the WaitGroup being waited on,
+	// and take messages nobody hands back); a Receive waiting for a poll
+	// is woken to return ErrClosed.
+	r.pollMu.Lock()
+	r.pollsShut = true
+	r.pollMu.Unlock()
+	select {
+	case r.pollNotify <- struct{}{}:
+	default:
+	}
 	polled := make(chan struct{})
 	go func() { r.polls.Wait(); close(polled) }()
 	select {
