@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
@@ -425,7 +427,7 @@ func TestBatchPublishConcurrency(t *testing.T) {
 			for deadline := time.Now().Add(60 * time.Second); handled() < n; time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					_ = stop()
-					t.Fatalf("%d of %d handled after 60 s", handled(), n)
+					t.Fatalf("%d of %d handled after 60 s; the queue: %s", handled(), n, queueCounts(t, q))
 				}
 			}
 			_ = stop()
@@ -483,4 +485,21 @@ func TestBacklogPrefetch(t *testing.T) {
 			drivertest.WaitUntil(t, 5*time.Second, "a third poll", func() bool { return api.receive.Load() == 3 })
 		})
 	}
+}
+
+// queueCounts reports the queue's approximate message counts, for a test
+// that finds messages missing.
+func queueCounts(t *testing.T, q string) string {
+	api := client(t)
+	u, err := api.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(q)})
+	if err != nil {
+		return err.Error()
+	}
+	out, err := api.GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{QueueUrl: u.QueueUrl,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%v visible, %v in flight", out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)],
+		out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
 }
