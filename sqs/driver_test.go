@@ -88,11 +88,8 @@ func TestCloseUnderReceive(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = drivertest.EncodedMessage(t, testURN, q, map[string]int{"i": i})
 		}
-		snd := NewSender(api)
-		for i := 0; i < n; i += MaxBatch {
-			if err := snd.Send(context.Background(), msgs[i:i+MaxBatch]); err != nil {
-				t.Fatal(err)
-			}
+		if err := NewSender(api).Send(context.Background(), msgs); err != nil { // batches of 10
+			t.Fatal(err)
 		}
 		r := NewReceiver(api, q, WithWaitTime(time.Second), WithVisibilityTimeout(30*time.Second))
 		handed := make(chan int, 1)
