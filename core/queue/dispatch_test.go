@@ -214,17 +214,24 @@ func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
 }
 
 // closingDriver is a returnDriver whose receiver closes once its script
-// is handed out, as a driver closed under a running consumer does.
+// is handed out and closeNow is closed, as a driver closed under a running
+// consumer does.
 type closingDriver struct {
 	returnDriver
+	closeNow chan struct{}
 }
 
 func (d *closingDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if len(d.queue) == 0 {
+		d.mu.Unlock()
+		select {
+		case <-d.closeNow:
+		case <-ctx.Done():
+		}
 		return nil, driver.ErrClosed
 	}
+	defer d.mu.Unlock()
 	n := min(max, len(d.queue))
 	out := d.queue[:n:n]
 	d.queue = d.queue[n:]
@@ -236,13 +243,18 @@ func (d *closingDriver) Receive(ctx context.Context, max int) ([]*driver.Deliver
 // finishes and is acknowledged, and every delivery no worker had started,
 // keyed or not, is given back.
 func TestClosedReceiverGivesBackUnstarted(t *testing.T) {
-	d := &closingDriver{}
+	// The receiver closes once a handler has started, so that there is a
+	// started handler to finish: closing at once would leave it to the
+	// scheduler whether a worker starts one before Run gives them all back.
+	d := &closingDriver{closeNow: make(chan struct{})}
 	d.queue = halfKeyed(20)
 	var handled atomic.Int64
+	var closeOnce sync.Once
 	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(20),
 		queue.WithLogger(slog.New(slog.DiscardHandler)))
 	c.Handle("urn:babel:orders:created", func(ctx context.Context, _ *queue.Message) error {
 		handled.Add(1)
+		closeOnce.Do(func() { close(d.closeNow) })
 		time.Sleep(50 * time.Millisecond)
 		return nil
 	})
