@@ -107,7 +107,7 @@ const (
 // NewReceiver returns a Receiver for queue (a name or a URL) and starts its
 // visibility heartbeat; Close stops it.
 func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receiver {
-	cfg := config{wait: 20 * time.Second, visibility: 30 * time.Second, maxExtension: time.Hour}
+	cfg := config{wait: 20 * time.Second, visibility: 30 * time.Second, maxExtension: time.Hour, pollSlack: pollSlack}
 	for _, o := range opts {
 		o.applyReceiver(&cfg)
 	}
@@ -165,7 +165,9 @@ func (r *Receiver) queueURL(ctx context.Context) (string, error) {
 //
 // A poll is never cancelled with ctx: a long poll cut short may already
 // have taken messages on the server, which would then stay invisible for
-// the whole visibility timeout. Once a Receive has returned with ctx's
+// the whole visibility timeout. A poll still unanswered 10 s past its wait
+// time is on a hung connection: it gives up, and Receive returns an error
+// saying so (the connection is dropped; the next poll opens another). Once a Receive has returned with ctx's
 // error, what the polls still running bring is made visible again at once;
 // Close gives them rescueGrace to finish, and makes whatever was received
 // and not handed out visible again.
@@ -252,17 +254,29 @@ const maxPolls = 10
 // hand back what they took) before it cancels them.
 const rescueGrace = time.Second
 
+// pollSlack is how long past its wait time a ReceiveMessage may take before
+// the poll gives up on it: the server answers a long poll by the end of the
+// wait, so a poll still unanswered pollSlack later is on a connection that
+// hung (a peer gone without a reset), and waiting on would stall the
+// consumer until Close.
+const pollSlack = 10 * time.Second
+
 // poll runs one ReceiveMessage and adds what it brings to ready.
 func (r *Receiver) poll(url string, n int32) {
 	defer r.polls.Done()
-	out, err := r.api.ReceiveMessage(r.pollCtx, &awssqs.ReceiveMessageInput{
+	wait := min(r.cfg.wait/time.Second, 20)
+	limit := time.Duration(wait)*time.Second + r.cfg.pollSlack
+	ctx, cancel := context.WithTimeout(r.pollCtx, limit)
+	out, err := r.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(url),
 		MaxNumberOfMessages:         n,
-		WaitTimeSeconds:             int32(min(r.cfg.wait/time.Second, 20)),
+		WaitTimeSeconds:             int32(wait),
 		VisibilityTimeout:           int32(r.cfg.visibility / time.Second),
 		MessageAttributeNames:       []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
 	})
+	hung := err != nil && ctx.Err() != nil && r.pollCtx.Err() == nil
+	cancel()
 	var ds []*driver.Delivery
 	if err == nil {
 		ds = r.deliveries(out.Messages)
@@ -270,7 +284,11 @@ func (r *Receiver) poll(url string, n int32) {
 	r.pollMu.Lock()
 	r.polling--
 	r.pollsDone++
-	if err != nil && r.pollCtx.Err() == nil {
+	switch {
+	case hung:
+		r.pollErr = fmt.Errorf("babelqueue/sqs: ReceiveMessage: no answer %v after a %ds long poll (the connection hung?): %w",
+			r.cfg.pollSlack, wait, err)
+	case err != nil && r.pollCtx.Err() == nil:
 		r.pollErr = fmt.Errorf("babelqueue/sqs: ReceiveMessage: %w", err)
 	}
 	if err == nil {

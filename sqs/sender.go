@@ -61,6 +61,7 @@ type config struct {
 	visibility   time.Duration
 	heartbeat    time.Duration
 	maxExtension time.Duration
+	pollSlack    time.Duration // see pollSlack; shorter in tests
 	contentDedup bool
 	sendParallel int
 	logger       *slog.Logger
