@@ -49,7 +49,14 @@ func hangFirstProxy(t *testing.T) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	wg.Go(func() {
+	serve := func(fn func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn()
+		}()
+	}
+	serve(func() {
 		for first := true; ; first = false {
 			c, err := ln.Accept()
 			if err != nil {
@@ -57,7 +64,7 @@ func hangFirstProxy(t *testing.T) string {
 			}
 			track(c)
 			if first {
-				wg.Go(func() { _, _ = io.Copy(io.Discard, c) })
+				serve(func() { _, _ = io.Copy(io.Discard, c) })
 				continue
 			}
 			up, err := net.Dial("tcp", u.Host)
@@ -66,8 +73,8 @@ func hangFirstProxy(t *testing.T) string {
 				continue
 			}
 			track(up)
-			wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-			wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+			serve(func() { _, _ = io.Copy(up, c); up.Close() })
+			serve(func() { _, _ = io.Copy(c, up); c.Close() })
 		}
 	})
 	return "http://" + ln.Addr().String()
