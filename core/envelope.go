@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // SchemaVersion is the only envelope schema version this package reads and writes.
@@ -72,34 +73,38 @@ func (m member) val() []byte { return m.kv[m.kl+1:] }
 // Option configures New.
 type Option func(*newConfig)
 
+// newConfig is what the options set: the envelope New returns, written in
+// place (the options are opaque functions, so what they write to is on the
+// heap anyway), and whether WithCreatedAt gave a time.
 type newConfig struct {
-	queue     string
-	traceID   string
-	id        string
-	createdAt time.Time
+	e          Envelope
+	hasCreated bool
 }
 
 // WithQueue sets meta.queue (default "default").
-func WithQueue(queue string) Option { return func(c *newConfig) { c.queue = queue } }
+func WithQueue(queue string) Option { return func(c *newConfig) { c.e.Meta.Queue = queue } }
 
 // WithTraceID continues an existing trace instead of starting a new one.
-func WithTraceID(traceID string) Option { return func(c *newConfig) { c.traceID = traceID } }
+func WithTraceID(traceID string) Option { return func(c *newConfig) { c.e.TraceID = traceID } }
 
 // ContinueTrace continues the trace of parent, the message being handled.
 func ContinueTrace(parent *Envelope) Option {
 	return func(c *newConfig) {
 		if parent != nil {
-			c.traceID = parent.TraceID
+			c.e.TraceID = parent.TraceID
 		}
 	}
 }
 
 // WithMessageID sets meta.id instead of a fresh UUID v4 (for an outbox that
 // must keep the id it stored).
-func WithMessageID(id string) Option { return func(c *newConfig) { c.id = id } }
+func WithMessageID(id string) Option { return func(c *newConfig) { c.e.Meta.ID = id } }
 
-// WithCreatedAt sets meta.created_at instead of the current time.
-func WithCreatedAt(t time.Time) Option { return func(c *newConfig) { c.createdAt = t } }
+// WithCreatedAt sets meta.created_at instead of the current time (the zero
+// time means the current time).
+func WithCreatedAt(t time.Time) Option {
+	return func(c *newConfig) { c.e.Meta.CreatedAt, c.hasCreated = t.UnixMilli(), !t.IsZero() }
+}
 
 // New builds an envelope for a producer: the URN is trimmed and must not be
 // empty, data must encode to a JSON object (nil encodes as {}; a []byte or
@@ -108,103 +113,178 @@ func WithCreatedAt(t time.Time) Option { return func(c *newConfig) { c.createdAt
 // (unless continued) trace_id are fresh UUID v4s, lang is "go" and
 // created_at is now in milliseconds.
 func New(urn string, data any, opts ...Option) (*Envelope, error) {
-	// The envelope and its options in one allocation: the options must be
-	// on the heap anyway (opaque functions take their address).
-	box := new(newBox)
-	cfg := &box.cfg
+	e, _, err := build(urn, data, opts, false)
+	return e, err
+}
+
+// NewEncoded is New followed by Encode, in one allocation and one copy of
+// the data fewer: the envelope's data, and the meta.id and trace_id it
+// generates, are the body's bytes, so the body must not be modified while
+// the envelope is in use (Encode gives a copy of one's own). It is what
+// queue.Publisher.Publish sends with.
+func NewEncoded(urn string, data any, opts ...Option) (*Envelope, []byte, error) {
+	return build(urn, data, opts, true)
+}
+
+// build is New and, with encode, NewEncoded.
+func build(urn string, data any, opts []Option, encode bool) (*Envelope, []byte, error) {
+	// The options write into the envelope itself: one allocation.
+	cfg := new(newConfig)
 	for _, o := range opts {
 		o(cfg)
 	}
+	e := &cfg.e
 	urn = strings.TrimSpace(urn)
 	if urn == "" {
-		return nil, decodeErr(ErrNoURN, "/job", "")
+		return nil, nil, decodeErr(ErrNoURN, "/job", "")
 	}
-	needID, needTrace := cfg.id == "", isBlank(cfg.traceID)
-	room := 0
+	e.URN = urn
+	e.Meta.Lang = Lang
+	e.Meta.SchemaVersion = SchemaVersion
+	if e.Meta.Queue == "" {
+		e.Meta.Queue = DefaultQueue
+	}
+	if !cfg.hasCreated {
+		e.Meta.CreatedAt = time.Now().UnixMilli()
+	}
+	needID, needTrace := e.Meta.ID == "", isBlank(e.TraceID)
+	if !encode {
+		room := 0
+		if needID {
+			room += uuidLen
+		}
+		if needTrace {
+			room += uuidLen
+		}
+		// The data and the fresh ids' text in one allocation too.
+		raw, err := marshalData(data, room)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids := raw[len(raw):]
+		raw = raw[:len(raw):len(raw)] // so that nothing appended to it reaches the ids
+		switch {
+		case needID && needTrace:
+			e.Meta.ID, e.TraceID = newIDs(ids, true)
+		case needID:
+			e.Meta.ID, _ = newIDs(ids, false)
+		case needTrace:
+			e.TraceID, _ = newIDs(ids, false)
+		}
+		e.data = raw
+		return e, nil, nil
+	}
+	// The body is encoded with the data where it is and placeholders for
+	// the ids; then the envelope is pointed at the body's data and the ids
+	// are written over their placeholders.
+	d, err := dataOf(data, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.data = d.b
 	if needID {
-		room += uuidLen
+		e.Meta.ID = uuidPlaceholder
 	}
 	if needTrace {
-		room += uuidLen
+		e.TraceID = uuidPlaceholder
 	}
-	// The data and the fresh ids' text in one allocation too.
-	raw, err := marshalData(data, room)
-	if err != nil {
-		return nil, err
+	if err := e.Validate(); err != nil { // a created_at before 1970
+		d.release()
+		return nil, nil, err
 	}
-	ids := raw[len(raw):]
-	raw = raw[:len(raw):len(raw)] // so that nothing appended to it reaches the ids
-	switch {
-	case needID && needTrace:
-		cfg.id, cfg.traceID = newIDs(ids, true)
-	case needID:
-		cfg.id, _ = newIDs(ids, false)
-	case needTrace:
-		cfg.traceID, _ = newIDs(ids, false)
+	var at encodedAt
+	body := e.appendEncode(make([]byte, 0, e.sizeHint()), &at)
+	d.release()
+	e.data = body[at.data:at.dataEnd:at.dataEnd]
+	if needID {
+		putUUID((*[uuidLen]byte)(body[at.id:]))
+		e.Meta.ID = unsafe.String(&body[at.id], uuidLen)
 	}
-	if cfg.queue == "" {
-		cfg.queue = DefaultQueue
+	if needTrace {
+		putUUID((*[uuidLen]byte)(body[at.trace:]))
+		e.TraceID = unsafe.String(&body[at.trace], uuidLen)
 	}
-	if cfg.createdAt.IsZero() {
-		cfg.createdAt = time.Now()
-	}
-	box.e = Envelope{
-		URN:     urn,
-		TraceID: cfg.traceID,
-		Meta: Meta{
-			ID:            cfg.id,
-			Queue:         cfg.queue,
-			Lang:          Lang,
-			SchemaVersion: SchemaVersion,
-			CreatedAt:     cfg.createdAt.UnixMilli(),
-		},
-		data: raw,
-	}
-	return &box.e, nil
+	return e, body, nil
 }
 
-// newBox is what New allocates: the envelope and the options it was built
-// with.
-type newBox struct {
-	e   Envelope
-	cfg newConfig
-}
+// uuidPlaceholder holds a generated id's place in a body until it is
+// written: 36 bytes that need no escaping.
+const uuidPlaceholder = "00000000-0000-0000-0000-000000000000"
 
 // marshalData encodes v as a JSON object without HTML escaping, in a new
 // slice with room more bytes of capacity.
 func marshalData(v any, room int) ([]byte, error) {
+	d, err := dataOf(v, room)
+	if err != nil {
+		return nil, err
+	}
+	defer d.release()
+	switch {
+	case d.owned:
+		return d.b, nil
+	case d.b == nil:
+		return append(make([]byte, 0, 2+room), "{}"...), nil
+	}
+	return append(make([]byte, 0, len(d.b)+room), d.b...), nil
+}
+
+// dataBytes is the data object a value encodes to, not yet copied.
+type dataBytes struct {
+	b     []byte       // compact JSON; nil for {}
+	owned bool         // b was allocated for it, with the room asked for
+	enc   *dataEncoder // holds b until released
+}
+
+func (d dataBytes) release() {
+	if d.enc != nil {
+		d.enc.put()
+	}
+}
+
+// dataOf returns the data object v encodes to, without a copy where it can:
+// raw JSON (a []byte or json.RawMessage) itself once checked in one scan,
+// or compacted into a slice of its own with room more bytes of capacity if
+// it has whitespace between tokens; any other value's encoding in a pooled
+// encoder's buffer. nil and JSON null are {}; anything but an object is
+// refused with ErrDataNotObject.
+func dataOf(v any, room int) (dataBytes, error) {
 	var raw []byte
 	switch d := v.(type) {
 	case nil:
-		return dataObject(append(make([]byte, 0, 2+room), "{}"...))
+		return dataBytes{}, nil
 	case json.RawMessage:
 		raw = d
 	case []byte:
 		raw = d
 	default:
 		e := dataEncoders.Get().(*dataEncoder)
-		defer e.put()
 		if err := e.enc.Encode(v); err != nil {
-			return nil, fmt.Errorf("babelqueue: encoding data: %w", err)
+			e.put()
+			return dataBytes{}, fmt.Errorf("babelqueue: encoding data: %w", err)
 		}
-		// encoding/json writes valid, compact JSON and a newline: the data
-		// is a copy of it as it is.
-		b := bytes.TrimSuffix(e.buf.Bytes(), []byte("\n"))
-		return dataObject(append(make([]byte, 0, len(b)+room), b...))
+		// encoding/json writes valid, compact JSON and a newline.
+		b, err := dataObject(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")))
+		if err != nil {
+			e.put()
+			return dataBytes{}, err
+		}
+		return dataBytes{b: b, enc: e}, nil
 	}
-	// Raw JSON from the caller: checked in one scan, and copied (compacted
-	// only when it has whitespace between tokens).
 	sc := scanner{b: raw}
 	if err := scanValid(&sc); err != nil {
-		return nil, decodeErr(ErrDataNotObject, "/data", "not valid JSON: %v", err)
+		return dataBytes{}, decodeErr(ErrDataNotObject, "/data", "not valid JSON: %v", err)
 	}
-	out := make([]byte, 0, len(raw)+room)
+	owned := false
 	if sc.spaced {
-		buf := bytes.NewBuffer(out)
+		buf := bytes.NewBuffer(make([]byte, 0, len(raw)+room))
 		_ = json.Compact(buf, raw) // valid: the scan passed
-		return dataObject(buf.Bytes())
+		raw, owned = buf.Bytes(), true
 	}
-	return dataObject(append(out, raw...))
+	b, err := dataObject(raw)
+	if err != nil {
+		return dataBytes{}, err
+	}
+	return dataBytes{b: b, owned: owned && b != nil}, nil
 }
 
 // dataEncoder is an encoding/json Encoder without HTML escaping and its
@@ -231,11 +311,12 @@ func (e *dataEncoder) put() {
 	dataEncoders.Put(e)
 }
 
-// dataObject returns b, compact valid JSON, as the data object: null is
-// {}, anything but an object is refused.
+// dataObject returns b, compact valid JSON, as the data object: nil for
+// null (encoded as {}), and anything but an object refused. It never
+// writes to b.
 func dataObject(b []byte) ([]byte, error) {
 	if string(b) == "null" {
-		return append(b[:0], "{}"...), nil
+		return nil, nil
 	}
 	if len(b) == 0 || b[0] != '{' {
 		return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(b))

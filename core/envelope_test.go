@@ -160,6 +160,37 @@ func TestNewProducerEnvelope(t *testing.T) {
 	}
 }
 
+// TestNewOptionDefaults: an option given its zero value leaves the default
+// (a fresh id, a fresh trace, the default queue, the current time), and of
+// two options setting one field the later wins.
+func TestNewOptionDefaults(t *testing.T) {
+	before := time.Now().UnixMilli()
+	e, err := core.New("urn:x", nil, core.WithCreatedAt(fixedTime), core.WithCreatedAt(time.Time{}),
+		core.WithQueue("orders"), core.WithQueue(""), core.WithMessageID(""), core.WithTraceID(" "), core.ContinueTrace(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now().UnixMilli()
+	if e.Meta.CreatedAt < before || e.Meta.CreatedAt > after {
+		t.Errorf("created_at = %d, want the current time (%d..%d)", e.Meta.CreatedAt, before, after)
+	}
+	if e.Meta.Queue != core.DefaultQueue || len(e.Meta.ID) != 36 || len(e.TraceID) != 36 || e.Meta.ID == e.TraceID {
+		t.Errorf("queue %q, id %q, trace %q: want the default queue and two fresh UUIDs", e.Meta.Queue, e.Meta.ID, e.TraceID)
+	}
+	e, err = core.New("urn:x", nil, core.WithCreatedAt(time.Time{}), core.WithCreatedAt(fixedTime),
+		core.WithQueue("a"), core.WithQueue("b"), core.WithMessageID("m1"), core.WithMessageID("m2"),
+		core.WithTraceID("t1"), core.WithTraceID("t2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Meta.CreatedAt != fixedTime.UnixMilli() || e.Meta.Queue != "b" || e.Meta.ID != "m2" || e.TraceID != "t2" {
+		t.Errorf("later options did not win: %+v", e)
+	}
+	if e.Meta.Lang != core.Lang || e.Meta.SchemaVersion != core.SchemaVersion || e.Attempts != 0 || e.DeadLetter != nil {
+		t.Errorf("fixed fields: %+v", e)
+	}
+}
+
 func TestDataAccessorsKeepPrecision(t *testing.T) {
 	in := strings.Replace(canonical, `{"order_id":1042}`, `{"big":123456789012345678901234567890,"edge":9007199254740993,"f":1.0}`, 1)
 	e, err := core.Decode([]byte(in))
@@ -244,6 +275,21 @@ func ExampleNew() {
 	fmt.Println(string(body))
 	// Output:
 	// {"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1042},"meta":{"id":"f1e2d3c4-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"go","schema_version":1,"created_at":1749132727000},"attempts":0}
+}
+
+// NewEncoded builds the envelope and its body together, for a producer that
+// sends the body at once; the body is not to be modified.
+func ExampleNewEncoded() {
+	e, body, err := core.NewEncoded("urn:babel:orders:created", json.RawMessage(`{"order_id":1042}`),
+		core.WithQueue("orders"), core.WithCreatedAt(time.UnixMilli(1749132727000)))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(e.Meta.ID), len(e.TraceID), e.Meta.Queue)
+	fmt.Println(strings.Contains(string(body), `"data":{"order_id":1042},"meta":{"id":"`+e.Meta.ID+`"`))
+	// Output:
+	// 36 36 orders
+	// true
 }
 
 func ExampleDecode() {

@@ -1,7 +1,9 @@
 package core_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -124,3 +126,75 @@ func TestRetainBody(t *testing.T) {
 		t.Errorf("Decode with RetainBody takes %v allocations, want 1 (the envelope with its unknown members)", n)
 	}
 }
+
+// TestNewAllocations bounds what New costs on the producer's path: two
+// allocations (the envelope, with what its options set; the data with the
+// fresh ids' text) and, for an empty object, 272 bytes: a 192-byte envelope
+// and an 80-byte data buffer. Encode adds one allocation, the body.
+func TestNewAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	var data any = json.RawMessage(`{}`) // boxed once, not on every call
+	build := func() {
+		e, err := core.New("urn:babel:orders:created", data, core.WithQueue("orders"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sinkEnvelope = e
+	}
+	if n := testing.AllocsPerRun(200, build); n > 2 {
+		t.Errorf("New takes %v allocations, want at most 2", n)
+	}
+	const runs = 1000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		build()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 272 {
+		t.Errorf("New allocates %d bytes for an empty object, want at most 272", per)
+	}
+	e := sinkEnvelope
+	if n := testing.AllocsPerRun(200, func() {
+		if _, err := e.Encode(); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 1 {
+		t.Errorf("Encode takes %v allocations, want 1", n)
+	}
+}
+
+// TestNewEncodedAllocations: NewEncoded takes two allocations, the
+// envelope and the body, and for an empty object no more than 480 bytes (a
+// 192-byte envelope, a body of at most 288), against New + Encode's three
+// and 560.
+func TestNewEncodedAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	var data any = json.RawMessage(`{}`)
+	build := func() {
+		e, _, err := core.NewEncoded("urn:babel:orders:created", data, core.WithQueue("orders"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sinkEnvelope = e
+	}
+	if n := testing.AllocsPerRun(200, build); n > 2 {
+		t.Errorf("NewEncoded takes %v allocations, want at most 2", n)
+	}
+	const runs = 1000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		build()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 480 {
+		t.Errorf("NewEncoded allocates %d bytes for an empty object, want at most 480", per)
+	}
+}
+
+var sinkEnvelope *core.Envelope

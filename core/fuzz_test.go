@@ -11,10 +11,6 @@ import (
 	"github.com/babelqueue/transports/core"
 )
 
-// FuzzDecode checks that Decode never panics, that whatever it accepts
-// re-encodes to valid JSON that decodes again to the same encoding, and that
-// attempts+1 changes nothing but attempts. It is seeded with every fixture of
-// the embedded suite.
 // addSeeds seeds f with every conformance fixture and the canonical body.
 func addSeeds(f *testing.F) {
 	s, err := conformance.Embedded()
@@ -31,6 +27,10 @@ func addSeeds(f *testing.F) {
 	f.Add([]byte(canonical))
 }
 
+// FuzzDecode checks that Decode never panics, that whatever it accepts
+// re-encodes to valid JSON that decodes again to the same encoding, and that
+// attempts+1 changes nothing but attempts. It is seeded with every fixture of
+// the embedded suite.
 func FuzzDecode(f *testing.F) {
 	addSeeds(f)
 	quiet := core.WithWarnFunc(func(core.Warning) {})

@@ -13,35 +13,38 @@ const uuidLen = 36
 // meta.id and trace_id, written after the end of dst (whose spare capacity
 // holds them without an allocation) and never written again; with two
 // false only the first is generated (the second is "").
-//
-// The random bits come from math/rand/v2's global generator: the Go
-// runtime's ChaCha8, seeded from the operating system's entropy and kept
-// per thread, so drawing them takes no lock, no pool and no system call.
-// A v4 UUID needs 122 unpredictable, never-repeating bits, not secrecy:
-// that is what it gives, at a small part of a crypto/rand read's cost.
 func newIDs(dst []byte, two bool) (string, string) {
-	var raw [32]byte
 	n := 1
 	if two {
 		n = 2
-	}
-	for i := range 2 * n {
-		binary.LittleEndian.PutUint64(raw[8*i:], mrand.Uint64())
 	}
 	start := len(dst)
 	dst = append(dst, make([]byte, uuidLen*n)...)
 	text := dst[start:]
 	for i := range n {
-		u := (*[16]byte)(raw[16*i:])
-		u[6] = u[6]&0x0f | 0x40 // version 4
-		u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
-		formatUUID((*[uuidLen]byte)(text[uuidLen*i:]), u)
+		putUUID((*[uuidLen]byte)(text[uuidLen*i:]))
 	}
 	s := unsafe.String(&text[0], len(text))
 	if n == 1 {
 		return s, ""
 	}
 	return s[:uuidLen], s[uuidLen:]
+}
+
+// putUUID writes a random (version 4) UUID in canonical text form into dst.
+//
+// The random bits come from math/rand/v2's global generator: the Go
+// runtime's ChaCha8, seeded from the operating system's entropy and kept
+// per thread, so drawing them takes no lock, no pool and no system call.
+// A v4 UUID needs 122 unpredictable, never-repeating bits, not secrecy:
+// that is what it gives, at a small part of a crypto/rand read's cost.
+func putUUID(dst *[uuidLen]byte) {
+	var u [16]byte
+	binary.LittleEndian.PutUint64(u[:8], mrand.Uint64())
+	binary.LittleEndian.PutUint64(u[8:], mrand.Uint64())
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	formatUUID(dst, &u)
 }
 
 // hexPairs is the two lower-case hex digits of every byte value, in order.
