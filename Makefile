@@ -15,8 +15,9 @@
 #                      clients on the same servers, as a table of ratios
 #                      (PEERS_KAFKA=1 adds a real Kafka broker)
 #   make lint          gofmt, go vet and staticcheck
-#   make fuzz          the decoder fuzz targets for FUZZTIME each (default 1m):
-#                      round trips, and Decode against encoding/json
+#   make fuzz          the codec's fuzz targets for FUZZTIME each (default 1m):
+#                      round trips, Decode against encoding/json, and
+#                      NewEncoded against New + Encode
 #   make tidy          go mod tidy in every module, each on its own
 #   make release-check build each module's zip as the module proxy serves it
 #                      into a file GOPROXY, build a scratch service against
@@ -72,6 +73,7 @@ lint: $(STATICCHECK)
 fuzz:
 	cd core && $(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
 	cd core && $(GO) test -run '^$$' -fuzz '^FuzzDecodeOracle$$' -fuzztime $(FUZZTIME) .
+	cd core && $(GO) test -run '^$$' -fuzz '^FuzzNewEncoded$$' -fuzztime $(FUZZTIME) .
 
 # Micro-benchmarks run for BENCHTIME; the Kafka end-to-end benchmarks, which
 # publish b.N messages ahead, run a fixed count (BENCH_E2E and friends).

@@ -132,14 +132,11 @@ func (p *Publisher) Publish(ctx context.Context, queue, urn string, data any, op
 	for _, o := range opts {
 		o(&cfg)
 	}
-	env, err := core.New(urn, data, append(cfg.envOpts, core.WithQueue(queue))...)
+	env, body, err := core.NewEncoded(urn, data, append(cfg.envOpts, core.WithQueue(queue))...)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := p.message(env, &cfg)
-	if err != nil {
-		return nil, err
-	}
+	msg := p.encoded(env, body, &cfg)
 	if err := p.snd.Send(ctx, []*driver.Message{msg}); err != nil {
 		return nil, fmt.Errorf("babelqueue: publishing %s to %s: %w", urn, queue, err)
 	}
@@ -229,6 +226,11 @@ func (p *Publisher) message(env *core.Envelope, cfg *publishConfig) (*driver.Mes
 	if err != nil {
 		return nil, err
 	}
+	return p.encoded(env, body, cfg), nil
+}
+
+// encoded is the message of env, whose encoding is body.
+func (p *Publisher) encoded(env *core.Envelope, body []byte, cfg *publishConfig) *driver.Message {
 	headers := cfg.headers
 	if len(p.headers) > 0 {
 		headers = maps.Clone(p.headers)
@@ -241,5 +243,5 @@ func (p *Publisher) message(env *core.Envelope, cfg *publishConfig) (*driver.Mes
 	return &driver.Message{
 		Envelope: env, Body: body, Queue: queue,
 		Key: cfg.key, Headers: headers, Delay: cfg.delay,
-	}, nil
+	}
 }
