@@ -21,7 +21,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	api := awssqs.NewFromConfig(cfg, func(o *awssqs.Options) { o.BaseEndpoint = aws.String("http://127.0.0.1:19324") })
+	api := awssqs.NewFromConfig(cfg, sqs.SafeRequestBodies, func(o *awssqs.Options) { o.BaseEndpoint = aws.String("http://127.0.0.1:19324") })
 
 	snd := sqs.NewSender(api)
 	rcv := sqs.NewReceiver(api, "orders", sqs.WithVisibilityTimeout(30*time.Second))

@@ -110,7 +110,7 @@ func client(t testing.TB) *awssqs.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(endpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	}, SafeRequestBodies)
 }
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
