@@ -40,7 +40,7 @@ func sqsClient(tb testing.TB) *awssqs.Client {
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(sqsEndpoint),
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-	})
+	}, bqsqs.SafeRequestBodies) // both peers' client: see its documentation
 }
 
 // createQueue creates a fresh queue and returns its name and URL.

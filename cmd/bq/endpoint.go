@@ -186,7 +186,7 @@ func openSQS(ctx context.Context, t target) (*endpoint, error) {
 	if local || t.query.Get("tls") == "0" {
 		endpointURL = "http://" + t.host
 	}
-	api := awssqs.NewFromConfig(cfg, func(o *awssqs.Options) {
+	api := awssqs.NewFromConfig(cfg, sqs.SafeRequestBodies, func(o *awssqs.Options) {
 		o.BaseEndpoint = aws.String(endpointURL)
 		o.RetryMaxAttempts = 2
 	})
