@@ -18,4 +18,9 @@
 // receive count raises attempts) or republish, acknowledgements are batched
 // into DeleteMessageBatch, and a heartbeat extends the visibility of every
 // message from receipt until it is settled.
+//
+// Build the SQS client with SafeRequestBodies
+// (awssqs.NewFromConfig(cfg, sqs.SafeRequestBodies)): it keeps an SDK race
+// from failing answered requests, which for a ReceiveMessage leaves the
+// messages it took invisible until their visibility timeout.
 package sqs
