@@ -143,18 +143,8 @@ func TestNewAllocations(t *testing.T) {
 		}
 		sinkEnvelope = e
 	}
-	if n := testing.AllocsPerRun(200, build); n > 2 {
-		t.Errorf("New takes %v allocations, want at most 2", n)
-	}
-	const runs = 1000
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		build()
-	}
-	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 272 {
-		t.Errorf("New allocates %d bytes for an empty object, want at most 272", per)
+	if n, bytes := allocCost(build); n > 2 || bytes > 272 {
+		t.Errorf("New takes %v allocations and %d bytes for an empty object, want at most 2 and 272", n, bytes)
 	}
 	e := sinkEnvelope
 	if n := testing.AllocsPerRun(200, func() {
@@ -182,19 +172,22 @@ func TestNewEncodedAllocations(t *testing.T) {
 		}
 		sinkEnvelope = e
 	}
-	if n := testing.AllocsPerRun(200, build); n > 2 {
-		t.Errorf("NewEncoded takes %v allocations, want at most 2", n)
-	}
-	const runs = 1000
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range runs {
-		build()
-	}
-	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 480 {
-		t.Errorf("NewEncoded allocates %d bytes for an empty object, want at most 480", per)
+	if n, bytes := allocCost(build); n > 2 || bytes > 480 {
+		t.Errorf("NewEncoded takes %v allocations and %d bytes for an empty object, want at most 2 and 480", n, bytes)
 	}
 }
 
 var sinkEnvelope *core.Envelope
+
+// allocCost is the allocations and bytes one call of fn takes.
+func allocCost(fn func()) (allocs float64, bytes uint64) {
+	allocs = testing.AllocsPerRun(200, fn)
+	const runs = 1000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		fn()
+	}
+	runtime.ReadMemStats(&after)
+	return allocs, (after.TotalAlloc - before.TotalAlloc) / runs
+}
