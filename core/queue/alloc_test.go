@@ -1,7 +1,12 @@
 package queue_test
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
 	"testing"
+
+	"github.com/babelqueue/transports/core/queue"
 )
 
 // TestDispatchAllocations keeps the runtime's own cost per message (decode,
@@ -19,5 +24,27 @@ func TestDispatchAllocations(t *testing.T) {
 		if got := r.AllocsPerOp(); got > 3 {
 			t.Errorf("handlers=%d: dispatch takes %d allocations a message, want at most 3 (2 of the runtime, 1 of the test driver)", handlers, got)
 		}
+	}
+}
+
+// TestPublishAllocations bounds Publisher.Publish without options at 4
+// allocations: the envelope and its body (core.NewEncoded), the driver
+// message and the one-message slice handed to the sender. Encoding the
+// envelope apart from building it, or options applied on the heap when
+// there are none, would each add one.
+func TestPublishAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	var data any = json.RawMessage(`{"order_id":1042}`) // boxed once, not on every call
+	p := queue.NewPublisher(&benchDriver{}, queue.WithPublisherLogger(slog.New(slog.DiscardHandler)))
+	ctx := context.Background()
+	n := testing.AllocsPerRun(200, func() {
+		if _, err := p.Publish(ctx, "orders", "urn:babel:orders:created", data); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 4 {
+		t.Errorf("Publish takes %v allocations, want at most 4", n)
 	}
 }

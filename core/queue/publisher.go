@@ -57,6 +57,19 @@ type publishConfig struct {
 	delay   time.Duration
 }
 
+// publishOptions applies opts. Without any, nothing is allocated: the
+// options are opaque functions, so what they write to is on the heap.
+func publishOptions(opts []PublishOption) publishConfig {
+	if len(opts) == 0 {
+		return publishConfig{}
+	}
+	c := new(publishConfig)
+	for _, o := range opts {
+		o(c)
+	}
+	return *c
+}
+
 // WithKey sets the ordering/partition key.
 func WithKey(key string) PublishOption { return func(c *publishConfig) { c.key = key } }
 
@@ -128,11 +141,17 @@ func WithTraceID(traceID string) PublishOption {
 // with a *core.DecodeError wrapping core.ErrDataNotObject, and nothing is
 // sent.
 func (p *Publisher) Publish(ctx context.Context, queue, urn string, data any, opts ...PublishOption) (*core.Envelope, error) {
-	var cfg publishConfig
-	for _, o := range opts {
-		o(&cfg)
+	cfg := publishOptions(opts)
+	var (
+		env  *core.Envelope
+		body []byte
+		err  error
+	)
+	if len(cfg.envOpts) == 0 { // the options on the stack
+		env, body, err = core.NewEncoded(urn, data, core.WithQueue(queue))
+	} else {
+		env, body, err = core.NewEncoded(urn, data, append(cfg.envOpts, core.WithQueue(queue))...)
 	}
-	env, body, err := core.NewEncoded(urn, data, append(cfg.envOpts, core.WithQueue(queue))...)
 	if err != nil {
 		return nil, err
 	}
@@ -148,10 +167,7 @@ func (p *Publisher) Publish(ctx context.Context, queue, urn string, data any, op
 // PublishEnvelope sends an envelope built elsewhere (an outbox relay, a
 // redrive) to its meta.queue.
 func (p *Publisher) PublishEnvelope(ctx context.Context, env *core.Envelope, opts ...PublishOption) error {
-	var cfg publishConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := publishOptions(opts)
 	msg, err := p.message(env, &cfg)
 	if err != nil {
 		return err
@@ -178,10 +194,7 @@ var errNoEnvelope = errors.New("babelqueue: no envelope to publish")
 func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 	msgs := make([]*driver.Message, len(batch))
 	for i, o := range batch {
-		var cfg publishConfig
-		for _, opt := range o.Options {
-			opt(&cfg)
-		}
+		cfg := publishOptions(o.Options)
 		m, err := p.message(o.Envelope, &cfg)
 		if err != nil {
 			return fmt.Errorf("babelqueue: batch message %d: %w", i, err)
