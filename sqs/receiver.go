@@ -167,10 +167,11 @@ func (r *Receiver) queueURL(ctx context.Context) (string, error) {
 // have taken messages on the server, which would then stay invisible for
 // the whole visibility timeout. A poll still unanswered 10 s past its wait
 // time is on a hung connection: it gives up, and Receive returns an error
-// saying so (the connection is dropped; the next poll opens another). Once a Receive has returned with ctx's
-// error, what the polls still running bring is made visible again at once;
-// Close gives them rescueGrace to finish, and makes whatever was received
-// and not handed out visible again.
+// saying so (the connection is dropped; the next poll opens another).
+// Once a Receive has returned with ctx's error, what the polls still
+// running bring is made visible again at once; Close gives them
+// rescueGrace to finish, and makes whatever was received and not handed
+// out visible again.
 func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, error) {
 	r.mu.Lock()
 	closed := r.closed
