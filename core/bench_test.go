@@ -56,6 +56,18 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+		// The consumer's decode: RetainBody, the envelope pointing into the
+		// body it owns instead of a copy.
+		b.Run("body="+strings.TrimSuffix(strings.TrimPrefix(name, "fixtures/"), ".json")+"/babelqueue-retained", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			dec := core.NewDecoder(core.RetainBody())
+			for b.Loop() {
+				if _, err := dec.Decode(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run("body="+strings.TrimSuffix(strings.TrimPrefix(name, "fixtures/"), ".json")+"/stdlib", func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
