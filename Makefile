@@ -15,9 +15,12 @@
 #                      clients on the same servers, as a table of ratios
 #                      (PEERS_KAFKA=1 adds a real Kafka broker)
 #   make lint          gofmt, go vet and staticcheck
-#   make fuzz          the codec's fuzz targets for FUZZTIME each (default 1m):
-#                      round trips, Decode against encoding/json, and
-#                      NewEncoded against New + Encode
+#   make fuzz          the codec's fuzz targets for FUZZTIME each (default 1m;
+#                      a count such as 500000x is what CI uses, since a
+#                      duration can end in a spurious "context deadline
+#                      exceeded" on Go 1.26, golang/go#75804): round trips,
+#                      Decode against encoding/json, and NewEncoded against
+#                      New + Encode
 #   make tidy          go mod tidy in every module, each on its own
 #   make release-check build each module's zip as the module proxy serves it
 #                      into a file GOPROXY, build a scratch service against
