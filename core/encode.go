@@ -18,39 +18,32 @@ func (e *Envelope) AppendEncode(dst []byte) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return dst, err
 	}
-	return e.appendEncode(dst, nil), nil
+	var at encodedAt
+	return e.appendEncode(dst, &at), nil
 }
 
 // encodedAt is where appendEncode wrote the text of trace_id and meta.id
 // (after the opening quote) and the data object (from data to dataEnd).
 type encodedAt struct{ trace, data, dataEnd, id int }
 
-// appendEncode appends the encoding of e, valid, to dst and, if at is not
-// nil, records where some of its parts went.
+// appendEncode appends the encoding of e, valid, to dst and records in at
+// where some of its parts went.
 func (e *Envelope) appendEncode(dst []byte, at *encodedAt) []byte {
 	dst = append(dst, `{"job":`...)
 	dst = appendString(dst, e.URN)
 	dst = append(dst, `,"trace_id":`...)
-	if at != nil {
-		at.trace = len(dst) + 1
-	}
+	at.trace = len(dst) + 1
 	dst = appendString(dst, e.TraceID)
 	dst = append(dst, `,"data":`...)
-	if at != nil {
-		at.data = len(dst)
-	}
+	at.data = len(dst)
 	if len(e.data) == 0 {
 		dst = append(dst, "{}"...)
 	} else {
 		dst = append(dst, e.data...)
 	}
-	if at != nil {
-		at.dataEnd = len(dst)
-	}
+	at.dataEnd = len(dst)
 	dst = append(dst, `,"meta":{"id":`...)
-	if at != nil {
-		at.id = len(dst) + 1
-	}
+	at.id = len(dst) + 1
 	dst = appendString(dst, e.Meta.ID)
 	dst = append(dst, `,"queue":`...)
 	dst = appendString(dst, e.Meta.Queue)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 )
 
 // SchemaVersion is the only envelope schema version this package reads and writes.
@@ -161,15 +160,13 @@ func build(urn string, data any, opts []Option, encode bool) (*Envelope, []byte,
 		if err != nil {
 			return nil, nil, err
 		}
-		ids := raw[len(raw):]
+		ids := raw[len(raw) : len(raw)+room]
 		raw = raw[:len(raw):len(raw)] // so that nothing appended to it reaches the ids
-		switch {
-		case needID && needTrace:
-			e.Meta.ID, e.TraceID = newIDs(ids, true)
-		case needID:
-			e.Meta.ID, _ = newIDs(ids, false)
-		case needTrace:
-			e.TraceID, _ = newIDs(ids, false)
+		if needID {
+			e.Meta.ID, ids = freshID(ids), ids[uuidLen:]
+		}
+		if needTrace {
+			e.TraceID = freshID(ids)
 		}
 		e.data = raw
 		return e, nil, nil
@@ -197,12 +194,10 @@ func build(urn string, data any, opts []Option, encode bool) (*Envelope, []byte,
 	d.release()
 	e.data = body[at.data:at.dataEnd:at.dataEnd]
 	if needID {
-		putUUID((*[uuidLen]byte)(body[at.id:]))
-		e.Meta.ID = unsafe.String(&body[at.id], uuidLen)
+		e.Meta.ID = freshID(body[at.id:])
 	}
 	if needTrace {
-		putUUID((*[uuidLen]byte)(body[at.trace:]))
-		e.TraceID = unsafe.String(&body[at.trace], uuidLen)
+		e.TraceID = freshID(body[at.trace:])
 	}
 	return e, body, nil
 }

@@ -9,26 +9,12 @@ import (
 // uuidLen is the length of a UUID's canonical text form.
 const uuidLen = 36
 
-// newIDs returns two random (version 4) UUIDs in canonical text form, for
-// meta.id and trace_id, written after the end of dst (whose spare capacity
-// holds them without an allocation) and never written again; with two
-// false only the first is generated (the second is "").
-func newIDs(dst []byte, two bool) (string, string) {
-	n := 1
-	if two {
-		n = 2
-	}
-	start := len(dst)
-	dst = append(dst, make([]byte, uuidLen*n)...)
-	text := dst[start:]
-	for i := range n {
-		putUUID((*[uuidLen]byte)(text[uuidLen*i:]))
-	}
-	s := unsafe.String(&text[0], len(text))
-	if n == 1 {
-		return s, ""
-	}
-	return s[:uuidLen], s[uuidLen:]
+// freshID writes a random (version 4) UUID in canonical text form into the
+// first uuidLen bytes of b, which are never written again, and returns them
+// as a string sharing b's memory.
+func freshID(b []byte) string {
+	putUUID((*[uuidLen]byte)(b))
+	return unsafe.String(&b[0], uuidLen)
 }
 
 // putUUID writes a random (version 4) UUID in canonical text form into dst.
