@@ -44,29 +44,86 @@ func TestLag(t *testing.T) {
 	})
 }
 
-// Once records stop being settled, what was settled is committed a tenth of
-// the commit interval later, not at the next tick: with a 40 s interval, a
-// burst is committed in about 4 s, long before the first tick.
+// While a record is held unsettled the receiver has not caught up, so once
+// the records around it stop being settled, what was settled is committed a
+// tenth of the commit interval later, not at the next tick: with a 40 s
+// interval, in about 4 s. Settling the held record then catches the
+// receiver up, and the rest is committed at once.
 func TestQuietCommit(t *testing.T) {
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, 30, true) // seven keys: 20 holds back only 27
+	r := newTestReceiver(t, group, []string{topic}, WithCommitInterval(40*time.Second))
+	defer r.Close(context.Background())
+	var handled atomic.Int32
+	release := make(chan struct{})
+	start := time.Now()
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(ctx context.Context, m *queue.Message) error {
+		if indexOfMessage(t, m) == 20 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		handled.Add(1)
+		return nil
+	}, queue.WithConcurrency(4))
+	defer func() { _ = stop() }()
+	drivertest.WaitUntil(t, 30*time.Second, "28 handled", func() bool { return handled.Load() == 28 })
+	drivertest.WaitUntil(t, 30*time.Second, "offset 20 committed", func() bool {
+		return committed(t, group, topic)[0] == 20
+	})
+	if took := time.Since(start); took >= 40*time.Second {
+		t.Fatalf("committed after %v: at the tick, not after the quiet period", took)
+	}
+	close(release)
+	drivertest.WaitUntil(t, 3*time.Second, "all 30 committed once caught up", func() bool {
+		return committed(t, group, topic)[0] == 30
+	})
+}
+
+// A burst settled in full, up to every partition's high watermark, is
+// committed at once rather than a quiet period later; a second burst within
+// the commit interval waits for the quiet period, so a stream of small
+// bursts costs no more than one caught-up commit an interval.
+func TestCaughtUpCommit(t *testing.T) {
+	const interval = 60 * time.Second // quiet period: 6 s
 	topic := newTopics(t, 2)
 	group := "g-" + topic
 	snd := newTestSender(t)
 	publishN(t, snd, topic, 30, true)
-	r := newTestReceiver(t, group, []string{topic}, WithCommitInterval(40*time.Second))
+	r := newTestReceiver(t, group, []string{topic}, WithCommitInterval(interval))
 	defer r.Close(context.Background())
 	var handled atomic.Int32
-	start := time.Now()
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
 		handled.Add(1)
 		return nil
 	}, queue.WithConcurrency(4))
 	defer func() { _ = stop() }()
+
 	drivertest.WaitUntil(t, 30*time.Second, "30 handled", func() bool { return handled.Load() == 30 })
+	at := time.Now()
 	want := endOffsets(t, topic)
-	drivertest.WaitUntil(t, 30*time.Second, "everything committed", func() bool {
+	drivertest.WaitUntil(t, 30*time.Second, "the first burst committed", func() bool {
 		return maps.Equal(committed(t, group, topic), want)
 	})
-	if took := time.Since(start); took >= 40*time.Second {
-		t.Fatalf("committed after %v: at the tick, not after the quiet period", took)
+	if took := time.Since(at); took >= 4*time.Second {
+		t.Fatalf("the first burst was committed %v after it was handled: after the quiet period, not once caught up", took)
+	}
+
+	publishN(t, snd, topic, 30, true)
+	drivertest.WaitUntil(t, 30*time.Second, "60 handled", func() bool { return handled.Load() == 60 })
+	at = time.Now()
+	time.Sleep(2 * time.Second)
+	if got := committed(t, group, topic); !maps.Equal(got, want) {
+		t.Fatalf("the second burst was committed within 2 s (%v): a second caught-up commit within the interval", got)
+	}
+	want = endOffsets(t, topic)
+	drivertest.WaitUntil(t, 30*time.Second, "the second burst committed", func() bool {
+		return maps.Equal(committed(t, group, topic), want)
+	})
+	if took := time.Since(at); took >= interval/2 {
+		t.Fatalf("the second burst was committed %v after it was handled: at the tick, not after the quiet period", took)
 	}
 }

@@ -24,8 +24,10 @@ import (
 // driver.Superseder and driver.Preparer.
 //
 // Offsets: a partition's offset is committed only up to the lowest record
-// not yet settled, by a background loop every commit interval, on revoke
-// and on Close; so a crash redelivers at most what was in flight.
+// not yet settled, by a background loop every commit interval, once
+// everything received is settled and the receiver has caught up with its
+// partitions, on revoke and on Close; so a crash redelivers at most what
+// was in flight.
 //
 // Release (a retry or dead-letter copy that could not be published, or
 // shutdown) hands the record and every later record of its partition
@@ -72,6 +74,9 @@ type Receiver struct {
 	settled    chan struct{}
 	quietArmed bool
 	lastAck    time.Time
+	// caughtUp wakes the commit loop when an Ack left nothing received
+	// unsettled on any partition, each settled up to its high watermark.
+	caughtUp chan struct{}
 }
 
 type topicPartition struct {
@@ -163,8 +168,10 @@ func WithPollWait(d time.Duration) ReceiverOption { return func(c *receiverConfi
 
 // WithCommitInterval sets how often settled offsets are committed while
 // records keep being settled (default 250ms). Once they stop, what was
-// settled is committed a tenth of the interval after the last one; offsets
-// are also committed on revoke and on Close.
+// settled is committed at once if everything received is settled up to
+// every partition's high watermark (at most once an interval), and
+// otherwise a tenth of the interval after the last settle; offsets are also
+// committed on revoke and on Close.
 func WithCommitInterval(d time.Duration) ReceiverOption {
 	return func(c *receiverConfig) {
 		if d > 0 {
@@ -234,7 +241,7 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 		group: group, topics: slices.Clone(topics), seeds: slices.Clone(seeds), cfg: cfg, logger: cfg.logger,
 		conn:  newConnWatch(cfg.logger, "consumer group "+group),
 		parts: map[topicPartition]*partState{}, stopCommits: make(chan struct{}), commitsDone: make(chan struct{}),
-		settled: make(chan struct{}, 1),
+		settled: make(chan struct{}, 1), caughtUp: make(chan struct{}, 1),
 	}
 	r.cond = sync.NewCond(&r.mu)
 	kopts := []kgo.Opt{
@@ -684,9 +691,27 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 			default:
 			}
 		}
+		if len(st.inflight) == 0 && st.commitAt >= st.hwm && r.caughtUpLocked() {
+			select {
+			case r.caughtUp <- struct{}{}:
+			default:
+			}
+		}
 	}
 	r.cond.Broadcast()
 	return nil
+}
+
+// caughtUpLocked reports whether every partition has nothing received left
+// unsettled and is settled up to its high watermark as of its last fetch:
+// the burst fetched is over, and there is nothing more to wait for.
+func (r *Receiver) caughtUpLocked() bool {
+	for _, st := range r.parts {
+		if len(st.inflight) > 0 || st.commitAt < st.hwm {
+			return false
+		}
+	}
+	return true
 }
 
 // Release implements driver.Receiver: the record, and every later record of
@@ -741,10 +766,13 @@ func (r *Receiver) stopCommitLoop() {
 }
 
 // commitLoop commits settled offsets every commit interval while records
-// keep being settled, whether or not the runtime is receiving, and once
-// they stop, a quiet period (a tenth of the interval) after the last one: a
-// burst handled in 50 ms is committed some 25 ms later rather than at the
-// next tick, and a steady stream still costs one commit per interval.
+// keep being settled, whether or not the runtime is receiving. Once they
+// stop, it commits at once if the receiver has caught up (everything
+// received settled, up to every partition's high watermark) and it has not
+// committed within the interval, and otherwise a quiet period (a tenth of
+// the interval) after the last settle: a burst is committed as soon as it
+// is handled rather than at the next tick, a steady stream still costs one
+// commit per interval, and caught-up commits add at most one more.
 func (r *Receiver) commitLoop() {
 	defer close(r.commitsDone)
 	t := time.NewTicker(r.cfg.commitInterval)
@@ -753,6 +781,7 @@ func (r *Receiver) commitLoop() {
 	q := time.NewTimer(quiet)
 	q.Stop()
 	defer q.Stop()
+	var eager time.Time // when the last caught-up commit was sent
 	for {
 		var offsets map[string]map[int32]kgo.EpochOffset
 		select {
@@ -761,6 +790,14 @@ func (r *Receiver) commitLoop() {
 		case <-r.settled:
 			q.Reset(quiet)
 			continue
+		case <-r.caughtUp:
+			if time.Since(eager) < r.cfg.commitInterval {
+				continue // the quiet period commits it
+			}
+			eager = time.Now()
+			r.mu.Lock()
+			offsets = r.dirtyLocked(nil)
+			r.mu.Unlock()
 		case <-q.C:
 			r.mu.Lock()
 			if wait := quiet - time.Since(r.lastAck); wait > 0 {
