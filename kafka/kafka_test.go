@@ -68,6 +68,10 @@ func publishN(t *testing.T, snd *Sender, topic string, n int, keyed bool) {
 	}
 }
 
+// committed returns the group's committed offsets on topic; nil while the
+// group has none, or while its coordinator is not yet available (a fresh
+// broker creates the offsets topic on first use), for WaitUntil to ask
+// again.
 func committed(t *testing.T, group, topic string) map[int32]int64 {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
@@ -76,7 +80,7 @@ func committed(t *testing.T, group, topic string) map[int32]int64 {
 	}
 	defer cl.Close()
 	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
+	if errors.Is(err, kerr.GroupIDNotFound) || kerr.IsRetriable(err) {
 		return nil
 	}
 	if err != nil {

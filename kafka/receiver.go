@@ -168,10 +168,10 @@ func WithPollWait(d time.Duration) ReceiverOption { return func(c *receiverConfi
 
 // WithCommitInterval sets how often settled offsets are committed while
 // records keep being settled (default 250ms). Once they stop, what was
-// settled is committed at once if everything received is settled up to
-// every partition's high watermark (at most once an interval), and
-// otherwise a tenth of the interval after the last settle; offsets are also
-// committed on revoke and on Close.
+// settled is committed as soon as everything received is settled up to
+// every partition's high watermark (but not within a tenth of the interval
+// of the last commit), and otherwise a tenth of the interval after the last
+// settle; offsets are also committed on revoke and on Close.
 func WithCommitInterval(d time.Duration) ReceiverOption {
 	return func(c *receiverConfig) {
 		if d > 0 {
@@ -703,15 +703,16 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 }
 
 // caughtUpLocked reports whether every partition has nothing received left
-// unsettled and is settled up to its high watermark as of its last fetch:
-// the burst fetched is over, and there is nothing more to wait for.
+// unsettled and is settled up to its high watermark as of its last fetch,
+// and the client holds no fetched record not yet received: the burst
+// fetched is over, and there is nothing more to wait for.
 func (r *Receiver) caughtUpLocked() bool {
 	for _, st := range r.parts {
 		if len(st.inflight) > 0 || st.commitAt < st.hwm {
 			return false
 		}
 	}
-	return true
+	return r.cl.BufferedFetchRecords() == 0
 }
 
 // Release implements driver.Receiver: the record, and every later record of
@@ -767,12 +768,13 @@ func (r *Receiver) stopCommitLoop() {
 
 // commitLoop commits settled offsets every commit interval while records
 // keep being settled, whether or not the runtime is receiving. Once they
-// stop, it commits at once if the receiver has caught up (everything
-// received settled, up to every partition's high watermark) and it has not
-// committed within the interval, and otherwise a quiet period (a tenth of
-// the interval) after the last settle: a burst is committed as soon as it
-// is handled rather than at the next tick, a steady stream still costs one
-// commit per interval, and caught-up commits add at most one more.
+// stop, it commits as soon as the receiver has caught up (everything
+// received settled, up to every partition's high watermark, nothing left
+// buffered), but not within a quiet period (a tenth of the interval) of its
+// last commit, and otherwise a quiet period after the last settle: a burst
+// is committed as soon as it is handled rather than at the next tick, a
+// steady stream still costs one commit per interval, and no pattern of
+// bursts costs more than one commit per quiet period.
 func (r *Receiver) commitLoop() {
 	defer close(r.commitsDone)
 	t := time.NewTicker(r.cfg.commitInterval)
@@ -781,26 +783,30 @@ func (r *Receiver) commitLoop() {
 	q := time.NewTimer(quiet)
 	q.Stop()
 	defer q.Stop()
-	var eager time.Time // when the last caught-up commit was sent
+	var last time.Time // when the loop last sent offsets
+	caught := false    // caught up within a quiet period of last: q commits at last+quiet
 	for {
 		var offsets map[string]map[int32]kgo.EpochOffset
 		select {
 		case <-r.stopCommits:
 			return
 		case <-r.settled:
-			q.Reset(quiet)
+			if !caught {
+				q.Reset(quiet)
+			}
 			continue
 		case <-r.caughtUp:
-			if time.Since(eager) < r.cfg.commitInterval {
-				continue // the quiet period commits it
+			if wait := quiet - time.Since(last); wait > 0 {
+				caught = true
+				q.Reset(wait)
+				continue
 			}
-			eager = time.Now()
 			r.mu.Lock()
 			offsets = r.dirtyLocked(nil)
 			r.mu.Unlock()
 		case <-q.C:
 			r.mu.Lock()
-			if wait := quiet - time.Since(r.lastAck); wait > 0 {
+			if wait := quiet - time.Since(r.lastAck); wait > 0 && !caught {
 				r.mu.Unlock()
 				q.Reset(wait) // settled again since: not quiet yet
 				continue
@@ -813,6 +819,11 @@ func (r *Receiver) commitLoop() {
 			offsets = r.dirtyLocked(nil)
 			r.mu.Unlock()
 		}
+		caught = false
+		if len(offsets) == 0 {
+			continue
+		}
+		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r.commit(ctx, offsets)
 		cancel()
