@@ -122,16 +122,16 @@ func (p *watermillPublisher) publish(_ context.Context, topic string, m msg) err
 	return p.pub.Publish(topic, wm)
 }
 
-func (p *watermillPublisher) publishBatch(_ context.Context, topic string, ms []msg) error {
+func (p *watermillPublisher) prepareBatch(topic string, ms []msg) (func(context.Context) error, error) {
 	wms := make([]*message.Message, len(ms))
 	for i, m := range ms {
 		wm, err := watermillMessage(m)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		wms[i] = wm
 	}
-	return p.pub.Publish(topic, wms...)
+	return func(context.Context) error { return p.pub.Publish(topic, wms...) }, nil
 }
 
 func (p *watermillPublisher) close() { _ = p.pub.Close() }
@@ -205,12 +205,12 @@ func (p *rawKafkaPublisher) publish(ctx context.Context, topic string, m msg) er
 	return p.cl.ProduceSync(ctx, p.record(topic, m)).FirstErr()
 }
 
-func (p *rawKafkaPublisher) publishBatch(ctx context.Context, topic string, ms []msg) error {
+func (p *rawKafkaPublisher) prepareBatch(topic string, ms []msg) (func(context.Context) error, error) {
 	recs := make([]*kgo.Record, len(ms))
 	for i, m := range ms {
 		recs[i] = p.record(topic, m)
 	}
-	return p.cl.ProduceSync(ctx, recs...).FirstErr()
+	return func(ctx context.Context) error { return p.cl.ProduceSync(ctx, recs...).FirstErr() }, nil
 }
 
 func (p *rawKafkaPublisher) close() { p.cl.Close() }
@@ -374,7 +374,8 @@ type kafkaRow struct {
 var kafkaRows = []kafkaRow{
 	{"sync-publish", rowSyncPublish},
 	{"publishers=8", rowConcurrentPublish},
-	{"batch=10000", rowBatchPublish},
+	{"batch=10000", func(b bench, s []string, p kafkaPeer, m *metrics) { rowBatchPublish(b, s, p, m, false) }},
+	{"batch=10000/prebuilt", func(b bench, s []string, p kafkaPeer, m *metrics) { rowBatchPublish(b, s, p, m, true) }},
 	{"consume=10000/handlers=1", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConsume(b, s, p, m, 1) }},
 	{"consume=10000/handlers=8", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConsume(b, s, p, m, 8) }},
 	{"latency", rowLatency},
@@ -395,11 +396,11 @@ func rowConcurrentPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	measureConcurrentPublish(b, createTopic(b, seeds, partitions), pub, m)
 }
 
-func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
+func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics, prebuilt bool) {
 	b.StopTimer()
 	pub := p.publisher(b, seeds)
 	defer pub.close()
-	measureBatchPublish(b, createTopic(b, seeds, partitions), pub, m)
+	measureBatchPublish(b, createTopic(b, seeds, partitions), pub, m, prebuilt)
 }
 
 // rowConsume publishes load.consume ahead, then consumes them: msgs/s is the
@@ -410,7 +411,7 @@ func rowConsume(b bench, seeds []string, p kafkaPeer, m *metrics, handlers int) 
 	b.StopTimer()
 	topic := createTopic(b, seeds, partitions)
 	pub := p.publisher(b, seeds)
-	if err := pub.publishBatch(context.Background(), topic, msgs(load.consume, 0)); err != nil {
+	if err := publishBatch(context.Background(), pub, topic, msgs(load.consume, 0)); err != nil {
 		b.Fatal(err)
 	}
 	pub.close()
@@ -474,7 +475,7 @@ func rowKeyed(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
 	topic := createTopic(b, seeds, 1)
 	pub := p.publisher(b, seeds)
-	if err := pub.publishBatch(context.Background(), topic, msgs(load.keyed, keyedKeys)); err != nil {
+	if err := publishBatch(context.Background(), pub, topic, msgs(load.keyed, keyedKeys)); err != nil {
 		b.Fatal(err)
 	}
 	pub.close()
