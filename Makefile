@@ -93,10 +93,10 @@ bench: $(BENCHSTAT)
 	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_SQS_E2E) ./sqs/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Project' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./pulsar/... | tee -a bench.txt
 	@if [ -n "$$BQ_PULSAR_URL" ]; then \
-		$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_PULSAR_E2E) ./pulsar/... | tee -a bench.txt; \
+		$(GO) test -run '^$$' -bench 'Publish|Consume|VsRaw' -benchmem -count 3 -benchtime $(BENCH_PULSAR_E2E) ./pulsar/... | tee -a bench.txt; \
 	else echo "BQ_PULSAR_URL unset: Pulsar end-to-end benchmarks skipped (scripts/pulsar-server.sh start)"; fi
 	$(GO) test -run '^$$' -bench 'Project|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./azureservicebus/... | tee -a bench.txt
-	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_ASB_E2E) ./azureservicebus/... | tee -a bench.txt
+	$(GO) test -run '^$$' -bench 'Publish|Consume|VsRaw' -benchmem -count 3 -benchtime $(BENCH_ASB_E2E) ./azureservicebus/... | tee -a bench.txt
 	$(BENCHSTAT) bench.txt
 
 bench-peers:

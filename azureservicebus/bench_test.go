@@ -3,9 +3,14 @@ package azureservicebus
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -105,4 +110,174 @@ func BenchmarkConsume(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkVsRaw runs each row through this package and the runtime, and
+// through the raw azservicebus client doing the same, sending the same
+// messages (the encoded envelope as the body, the same application
+// properties): the ratio of the two is what this package and the runtime
+// cost on top of the client. Names: VsRaw/<row>/<impl>; msgs/s is the
+// figure to compare. Against the test server these measure the client
+// side only (see BENCHMARKS.md).
+//
+//   - publish=sync: one message sent and waited for at a time (Publisher
+//     PublishEnvelope; raw: Sender.SendMessage).
+//   - publish=batch: batches of 100 envelopes built beforehand
+//     (PublishBatch, which encodes and projects each; raw: one MessageBatch
+//     of the 100 projected messages and SendMessageBatch).
+//   - consume: b.N messages published ahead, then received in peek-lock
+//     mode, handled by a no-op handler and completed (raw: ReceiveMessages
+//     of up to 20 and CompleteMessage for each).
+func BenchmarkVsRaw(b *testing.B) {
+	const batch = 100
+	type order struct {
+		ID   int    `json:"order_id"`
+		Note string `json:"note"`
+	}
+	envelopes := func(b *testing.B, q string) ([]*core.Envelope, []*azservicebus.Message) {
+		envs := make([]*core.Envelope, batch)
+		sbs := make([]*azservicebus.Message, batch)
+		for i := range envs {
+			env, body, err := core.NewEncoded(testURN, order{i, strings.Repeat("n", 200)}, core.WithQueue(q))
+			if err != nil {
+				b.Fatal(err)
+			}
+			envs[i] = env
+			sbs[i] = Project(&driver.Message{Envelope: env, Body: body, Queue: q}, time.Now())
+		}
+		return envs, sbs
+	}
+	rawSender := func(b *testing.B, client *azservicebus.Client, q string) *azservicebus.Sender {
+		s, err := client.NewSender(q, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close(context.Background()) })
+		return s
+	}
+	sendBatch := func(b *testing.B, s *azservicebus.Sender, sbs []*azservicebus.Message) {
+		mb, err := s.NewMessageBatch(context.Background(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range sbs {
+			if err := mb.AddMessage(m, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.SendMessageBatch(context.Background(), mb, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	b.Run("publish=sync/babelqueue", func(b *testing.B) {
+		q := newQueue(b)
+		snd := NewSender(newClient(b))
+		defer snd.Close(context.Background())
+		envs, _ := envelopes(b, q)
+		pub := queue.NewPublisher(snd)
+		b.ReportAllocs()
+		start := time.Now()
+		for i := 0; b.Loop(); i++ {
+			if err := pub.PublishEnvelope(context.Background(), envs[i%batch]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	b.Run("publish=sync/raw", func(b *testing.B) {
+		q := newQueue(b)
+		_, sbs := envelopes(b, q)
+		s := rawSender(b, newClient(b), q)
+		b.ReportAllocs()
+		start := time.Now()
+		for i := 0; b.Loop(); i++ {
+			if err := s.SendMessage(context.Background(), sbs[i%batch], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	b.Run("publish=batch/babelqueue", func(b *testing.B) {
+		q := newQueue(b)
+		snd := NewSender(newClient(b))
+		defer snd.Close(context.Background())
+		envs, _ := envelopes(b, q)
+		out := make([]queue.Outgoing, batch)
+		for i, env := range envs {
+			out[i] = queue.Outgoing{Envelope: env}
+		}
+		pub := queue.NewPublisher(snd)
+		if err := pub.PublishBatch(context.Background(), out[:1]); err != nil { // the link
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for sent := 0; sent < b.N; sent += batch {
+			if err := pub.PublishBatch(context.Background(), out[:min(batch, b.N-sent)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	b.Run("publish=batch/raw", func(b *testing.B) {
+		q := newQueue(b)
+		_, sbs := envelopes(b, q)
+		s := rawSender(b, newClient(b), q)
+		sendBatch(b, s, sbs[:1])
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for sent := 0; sent < b.N; sent += batch {
+			sendBatch(b, s, sbs[:min(batch, b.N-sent)])
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	// publishAhead sends n of the messages to q, untimed.
+	publishAhead := func(b *testing.B, client *azservicebus.Client, q string, n int) {
+		_, sbs := envelopes(b, q)
+		s := rawSender(b, client, q)
+		for sent := 0; sent < n; sent += batch {
+			sendBatch(b, s, sbs[:min(batch, n-sent)])
+		}
+	}
+	b.Run("consume/babelqueue", func(b *testing.B) {
+		client := newClient(b)
+		q := newQueue(b)
+		publishAhead(b, client, q, b.N)
+		snd := NewSender(client)
+		defer snd.Close(context.Background())
+		r := newTestReceiver(b, client, q)
+		defer r.Close(context.Background())
+		drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, 1, queue.WithBatchSize(20),
+			queue.WithLogger(slog.New(slog.DiscardHandler)))
+	})
+	b.Run("consume/raw", func(b *testing.B) {
+		client := newClient(b)
+		q := newQueue(b)
+		publishAhead(b, client, q, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		r, err := client.NewReceiverForQueue(q, nil) // peek-lock
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close(context.Background())
+		for got := 0; got < b.N; {
+			msgs, err := r.ReceiveMessages(context.Background(), 20, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, m := range msgs {
+				if err := r.CompleteMessage(context.Background(), m, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			got += len(msgs)
+		}
+		b.StopTimer()
+		drivertest.ReportRate(b, b.N, start)
+	})
 }

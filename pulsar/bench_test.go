@@ -3,10 +3,16 @@ package pulsar
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -84,4 +90,187 @@ func BenchmarkConsume(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkVsRaw runs each row through this package and the runtime, and
+// through the raw Pulsar client doing the same with the same settings
+// (batching off, the Sender's default; a Shared subscription from the
+// earliest message, the Receiver's), sending the same messages: the
+// encoded envelope as the payload with the same properties. The ratio of
+// the two is what this package and the runtime cost on top of the client.
+// Names: VsRaw/<row>/<impl>; msgs/s is the figure to compare.
+//
+//   - publish=sync: one message sent and waited for at a time (Publisher
+//     PublishEnvelope; raw: Producer.Send).
+//   - publish=batch: batches of 100 envelopes built beforehand
+//     (PublishBatch, which encodes and projects each; raw: SendAsync of the
+//     100 projected messages, Flush, and a wait for every callback).
+//   - consume: b.N messages published ahead, then received, handled by a
+//     no-op handler and acknowledged (raw: Receive and Ack in a loop).
+func BenchmarkVsRaw(b *testing.B) {
+	const batch = 100
+	type order struct {
+		ID   int    `json:"order_id"`
+		Note string `json:"note"`
+	}
+	envelopes := func(b *testing.B, topic string) ([]*core.Envelope, []*pulsar.ProducerMessage) {
+		envs := make([]*core.Envelope, batch)
+		pms := make([]*pulsar.ProducerMessage, batch)
+		for i := range envs {
+			env, body, err := core.NewEncoded(testURN, order{i, strings.Repeat("n", 200)}, core.WithQueue(topic))
+			if err != nil {
+				b.Fatal(err)
+			}
+			envs[i] = env
+			pms[i] = ProducerMessage(&driver.Message{Envelope: env, Body: body, Queue: topic})
+		}
+		return envs, pms
+	}
+	rawProducer := func(b *testing.B, client pulsar.Client, topic string) pulsar.Producer {
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(p.Close)
+		return p
+	}
+	// sendAll sends pms with SendAsync and waits for every callback.
+	sendAll := func(b *testing.B, p pulsar.Producer, pms []*pulsar.ProducerMessage) {
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		wg.Add(len(pms))
+		for _, pm := range pms {
+			m := *pm
+			p.SendAsync(context.Background(), &m, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+				if err != nil {
+					failed.Add(1)
+				}
+				wg.Done()
+			})
+		}
+		if err := p.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			b.Fatalf("%d sends failed", n)
+		}
+	}
+
+	b.Run("publish=sync/babelqueue", func(b *testing.B) {
+		client := newClient(b)
+		snd := NewSender(client)
+		defer snd.Close(context.Background())
+		topic := newTopic(b)
+		envs, _ := envelopes(b, topic)
+		pub := queue.NewPublisher(snd)
+		b.ReportAllocs()
+		start := time.Now()
+		for i := 0; b.Loop(); i++ {
+			if err := pub.PublishEnvelope(context.Background(), envs[i%batch]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	b.Run("publish=sync/raw", func(b *testing.B) {
+		client := newClient(b)
+		topic := newTopic(b)
+		_, pms := envelopes(b, topic)
+		p := rawProducer(b, client, topic)
+		b.ReportAllocs()
+		start := time.Now()
+		for i := 0; b.Loop(); i++ {
+			m := *pms[i%batch]
+			if _, err := p.Send(context.Background(), &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	b.Run("publish=batch/babelqueue", func(b *testing.B) {
+		client := newClient(b)
+		snd := NewSender(client)
+		defer snd.Close(context.Background())
+		topic := newTopic(b)
+		envs, _ := envelopes(b, topic)
+		out := make([]queue.Outgoing, batch)
+		for i, env := range envs {
+			out[i] = queue.Outgoing{Envelope: env}
+		}
+		pub := queue.NewPublisher(snd)
+		if err := pub.PublishBatch(context.Background(), out[:1]); err != nil { // the producer
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for sent := 0; sent < b.N; sent += batch {
+			if err := pub.PublishBatch(context.Background(), out[:min(batch, b.N-sent)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	b.Run("publish=batch/raw", func(b *testing.B) {
+		client := newClient(b)
+		topic := newTopic(b)
+		_, pms := envelopes(b, topic)
+		p := rawProducer(b, client, topic)
+		sendAll(b, p, pms[:1])
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for sent := 0; sent < b.N; sent += batch {
+			sendAll(b, p, pms[:min(batch, b.N-sent)])
+		}
+		drivertest.ReportRate(b, b.N, start)
+	})
+	// publishAhead sends n of the messages to topic, untimed.
+	publishAhead := func(b *testing.B, client pulsar.Client, topic string, n int) {
+		_, pms := envelopes(b, topic)
+		p := rawProducer(b, client, topic)
+		for sent := 0; sent < n; sent += batch {
+			sendAll(b, p, pms[:min(batch, n-sent)])
+		}
+	}
+	b.Run("consume/babelqueue", func(b *testing.B) {
+		client := newClient(b)
+		topic := newTopic(b)
+		publishAhead(b, client, topic, b.N)
+		snd := NewSender(client)
+		defer snd.Close(context.Background())
+		r, err := NewReceiver(client, topic, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close(context.Background())
+		drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, 1, queue.WithBatchSize(batch),
+			queue.WithLogger(slog.New(slog.DiscardHandler)))
+	})
+	b.Run("consume/raw", func(b *testing.B) {
+		client := newClient(b)
+		topic := newTopic(b)
+		publishAhead(b, client, topic, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "bench",
+			Type: pulsar.Shared, SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		for range b.N {
+			m, err := c.Receive(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Ack(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		drivertest.ReportRate(b, b.N, start)
+	})
 }
