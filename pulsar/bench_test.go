@@ -148,7 +148,7 @@ func BenchmarkVsRaw(b *testing.B) {
 				wg.Done()
 			})
 		}
-		if err := p.Flush(); err != nil {
+		if err := p.FlushWithCtx(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		wg.Wait()
