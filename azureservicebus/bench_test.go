@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -130,22 +128,14 @@ func BenchmarkConsume(b *testing.B) {
 //     of up to 20 and CompleteMessage for each).
 func BenchmarkVsRaw(b *testing.B) {
 	const batch = 100
-	type order struct {
-		ID   int    `json:"order_id"`
-		Note string `json:"note"`
-	}
-	envelopes := func(b *testing.B, q string) ([]*core.Envelope, []*azservicebus.Message) {
-		envs := make([]*core.Envelope, batch)
-		sbs := make([]*azservicebus.Message, batch)
-		for i := range envs {
-			env, body, err := core.NewEncoded(testURN, order{i, strings.Repeat("n", 200)}, core.WithQueue(q))
-			if err != nil {
-				b.Fatal(err)
-			}
-			envs[i] = env
-			sbs[i] = Project(&driver.Message{Envelope: env, Body: body, Queue: q}, time.Now())
+	// messages returns the messages for q and their projections.
+	messages := func(b *testing.B, q string) ([]*driver.Message, []*azservicebus.Message) {
+		msgs := drivertest.OrderMessages(b, testURN, q, batch)
+		sbs := make([]*azservicebus.Message, len(msgs))
+		for i, m := range msgs {
+			sbs[i] = Project(m, time.Now())
 		}
-		return envs, sbs
+		return msgs, sbs
 	}
 	rawSender := func(b *testing.B, client *azservicebus.Client, q string) *azservicebus.Sender {
 		s, err := client.NewSender(q, nil)
@@ -155,91 +145,52 @@ func BenchmarkVsRaw(b *testing.B) {
 		b.Cleanup(func() { _ = s.Close(context.Background()) })
 		return s
 	}
-	sendBatch := func(b *testing.B, s *azservicebus.Sender, sbs []*azservicebus.Message) {
+	sendBatch := func(s *azservicebus.Sender, sbs []*azservicebus.Message) error {
 		mb, err := s.NewMessageBatch(context.Background(), nil)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
 		for _, m := range sbs {
 			if err := mb.AddMessage(m, nil); err != nil {
-				b.Fatal(err)
+				return err
 			}
 		}
-		if err := s.SendMessageBatch(context.Background(), mb, nil); err != nil {
-			b.Fatal(err)
-		}
+		return s.SendMessageBatch(context.Background(), mb, nil)
 	}
-
-	b.Run("publish=sync/babelqueue", func(b *testing.B) {
-		q := newQueue(b)
-		snd := NewSender(newClient(b))
-		defer snd.Close(context.Background())
-		envs, _ := envelopes(b, q)
-		pub := queue.NewPublisher(snd)
-		b.ReportAllocs()
-		start := time.Now()
-		for i := 0; b.Loop(); i++ {
-			if err := pub.PublishEnvelope(context.Background(), envs[i%batch]); err != nil {
+	for _, r := range []struct {
+		name  string
+		batch int
+	}{{"publish=sync", 1}, {"publish=batch", batch}} {
+		b.Run(r.name+"/babelqueue", func(b *testing.B) {
+			q := newQueue(b)
+			snd := NewSender(newClient(b))
+			defer snd.Close(context.Background())
+			msgs, _ := messages(b, q)
+			drivertest.BenchmarkPublish(b, queue.NewPublisher(snd), msgs, r.batch)
+		})
+		b.Run(r.name+"/raw", func(b *testing.B) {
+			q := newQueue(b)
+			_, sbs := messages(b, q)
+			s := rawSender(b, newClient(b), q)
+			if err := sendBatch(s, sbs[:1]); err != nil {
 				b.Fatal(err)
 			}
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
-	b.Run("publish=sync/raw", func(b *testing.B) {
-		q := newQueue(b)
-		_, sbs := envelopes(b, q)
-		s := rawSender(b, newClient(b), q)
-		b.ReportAllocs()
-		start := time.Now()
-		for i := 0; b.Loop(); i++ {
-			if err := s.SendMessage(context.Background(), sbs[i%batch], nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
-	b.Run("publish=batch/babelqueue", func(b *testing.B) {
-		q := newQueue(b)
-		snd := NewSender(newClient(b))
-		defer snd.Close(context.Background())
-		envs, _ := envelopes(b, q)
-		out := make([]queue.Outgoing, batch)
-		for i, env := range envs {
-			out[i] = queue.Outgoing{Envelope: env}
-		}
-		pub := queue.NewPublisher(snd)
-		if err := pub.PublishBatch(context.Background(), out[:1]); err != nil { // the link
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		start := time.Now()
-		for sent := 0; sent < b.N; sent += batch {
-			if err := pub.PublishBatch(context.Background(), out[:min(batch, b.N-sent)]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
-	b.Run("publish=batch/raw", func(b *testing.B) {
-		q := newQueue(b)
-		_, sbs := envelopes(b, q)
-		s := rawSender(b, newClient(b), q)
-		sendBatch(b, s, sbs[:1])
-		b.ReportAllocs()
-		b.ResetTimer()
-		start := time.Now()
-		for sent := 0; sent < b.N; sent += batch {
-			sendBatch(b, s, sbs[:min(batch, b.N-sent)])
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
+			drivertest.BenchmarkBatches(b, r.batch, func(i, n int) error {
+				if r.batch == 1 {
+					return s.SendMessage(context.Background(), sbs[i%len(sbs)], nil)
+				}
+				return sendBatch(s, sbs[:n])
+			})
+		})
+	}
 	// publishAhead sends n of the messages to q, untimed.
 	publishAhead := func(b *testing.B, client *azservicebus.Client, q string, n int) {
-		_, sbs := envelopes(b, q)
+		_, sbs := messages(b, q)
 		s := rawSender(b, client, q)
 		for sent := 0; sent < n; sent += batch {
-			sendBatch(b, s, sbs[:min(batch, n-sent)])
+			if err := sendBatch(s, sbs[:min(batch, n-sent)]); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	b.Run("consume/babelqueue", func(b *testing.B) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -109,22 +107,14 @@ func BenchmarkConsume(b *testing.B) {
 //     no-op handler and acknowledged (raw: Receive and Ack in a loop).
 func BenchmarkVsRaw(b *testing.B) {
 	const batch = 100
-	type order struct {
-		ID   int    `json:"order_id"`
-		Note string `json:"note"`
-	}
-	envelopes := func(b *testing.B, topic string) ([]*core.Envelope, []*pulsar.ProducerMessage) {
-		envs := make([]*core.Envelope, batch)
-		pms := make([]*pulsar.ProducerMessage, batch)
-		for i := range envs {
-			env, body, err := core.NewEncoded(testURN, order{i, strings.Repeat("n", 200)}, core.WithQueue(topic))
-			if err != nil {
-				b.Fatal(err)
-			}
-			envs[i] = env
-			pms[i] = ProducerMessage(&driver.Message{Envelope: env, Body: body, Queue: topic})
+	// messages returns the messages for topic and their projections.
+	messages := func(b *testing.B, topic string) ([]*driver.Message, []*pulsar.ProducerMessage) {
+		msgs := drivertest.OrderMessages(b, testURN, topic, batch)
+		pms := make([]*pulsar.ProducerMessage, len(msgs))
+		for i, m := range msgs {
+			pms[i] = ProducerMessage(m)
 		}
-		return envs, pms
+		return msgs, pms
 	}
 	rawProducer := func(b *testing.B, client pulsar.Client, topic string) pulsar.Producer {
 		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
@@ -135,7 +125,7 @@ func BenchmarkVsRaw(b *testing.B) {
 		return p
 	}
 	// sendAll sends pms with SendAsync and waits for every callback.
-	sendAll := func(b *testing.B, p pulsar.Producer, pms []*pulsar.ProducerMessage) {
+	sendAll := func(p pulsar.Producer, pms []*pulsar.ProducerMessage) error {
 		var wg sync.WaitGroup
 		var failed atomic.Int64
 		wg.Add(len(pms))
@@ -149,89 +139,49 @@ func BenchmarkVsRaw(b *testing.B) {
 			})
 		}
 		if err := p.FlushWithCtx(context.Background()); err != nil {
-			b.Fatal(err)
+			return err
 		}
 		wg.Wait()
 		if n := failed.Load(); n > 0 {
-			b.Fatalf("%d sends failed", n)
+			return fmt.Errorf("%d sends failed", n)
 		}
+		return nil
 	}
-
-	b.Run("publish=sync/babelqueue", func(b *testing.B) {
-		client := newClient(b)
-		snd := NewSender(client)
-		defer snd.Close(context.Background())
-		topic := newTopic(b)
-		envs, _ := envelopes(b, topic)
-		pub := queue.NewPublisher(snd)
-		b.ReportAllocs()
-		start := time.Now()
-		for i := 0; b.Loop(); i++ {
-			if err := pub.PublishEnvelope(context.Background(), envs[i%batch]); err != nil {
+	for _, r := range []struct {
+		name  string
+		batch int
+	}{{"publish=sync", 1}, {"publish=batch", batch}} {
+		b.Run(r.name+"/babelqueue", func(b *testing.B) {
+			snd := NewSender(newClient(b))
+			defer snd.Close(context.Background())
+			msgs, _ := messages(b, newTopic(b))
+			drivertest.BenchmarkPublish(b, queue.NewPublisher(snd), msgs, r.batch)
+		})
+		b.Run(r.name+"/raw", func(b *testing.B) {
+			topic := newTopic(b)
+			_, pms := messages(b, topic)
+			p := rawProducer(b, newClient(b), topic)
+			if err := sendAll(p, pms[:1]); err != nil {
 				b.Fatal(err)
 			}
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
-	b.Run("publish=sync/raw", func(b *testing.B) {
-		client := newClient(b)
-		topic := newTopic(b)
-		_, pms := envelopes(b, topic)
-		p := rawProducer(b, client, topic)
-		b.ReportAllocs()
-		start := time.Now()
-		for i := 0; b.Loop(); i++ {
-			m := *pms[i%batch]
-			if _, err := p.Send(context.Background(), &m); err != nil {
-				b.Fatal(err)
-			}
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
-	b.Run("publish=batch/babelqueue", func(b *testing.B) {
-		client := newClient(b)
-		snd := NewSender(client)
-		defer snd.Close(context.Background())
-		topic := newTopic(b)
-		envs, _ := envelopes(b, topic)
-		out := make([]queue.Outgoing, batch)
-		for i, env := range envs {
-			out[i] = queue.Outgoing{Envelope: env}
-		}
-		pub := queue.NewPublisher(snd)
-		if err := pub.PublishBatch(context.Background(), out[:1]); err != nil { // the producer
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		start := time.Now()
-		for sent := 0; sent < b.N; sent += batch {
-			if err := pub.PublishBatch(context.Background(), out[:min(batch, b.N-sent)]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
-	b.Run("publish=batch/raw", func(b *testing.B) {
-		client := newClient(b)
-		topic := newTopic(b)
-		_, pms := envelopes(b, topic)
-		p := rawProducer(b, client, topic)
-		sendAll(b, p, pms[:1])
-		b.ReportAllocs()
-		b.ResetTimer()
-		start := time.Now()
-		for sent := 0; sent < b.N; sent += batch {
-			sendAll(b, p, pms[:min(batch, b.N-sent)])
-		}
-		drivertest.ReportRate(b, b.N, start)
-	})
+			drivertest.BenchmarkBatches(b, r.batch, func(i, n int) error {
+				if r.batch == 1 {
+					m := *pms[i%len(pms)]
+					_, err := p.Send(context.Background(), &m)
+					return err
+				}
+				return sendAll(p, pms[:n])
+			})
+		})
+	}
 	// publishAhead sends n of the messages to topic, untimed.
 	publishAhead := func(b *testing.B, client pulsar.Client, topic string, n int) {
-		_, pms := envelopes(b, topic)
+		_, pms := messages(b, topic)
 		p := rawProducer(b, client, topic)
 		for sent := 0; sent < n; sent += batch {
-			sendAll(b, p, pms[:min(batch, n-sent)])
+			if err := sendAll(p, pms[:min(batch, n-sent)]); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	b.Run("consume/babelqueue", func(b *testing.B) {
