@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -223,9 +222,16 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 		recs[i] = s.Record(m)
 	}
 	errs := make([]error, len(msgs))
+	var index map[*kgo.Record]int // built at the first failure
 	for _, r := range s.cl.ProduceSync(ctx, recs...) { // results arrive in completion order
 		if r.Err != nil {
-			i := slices.Index(recs, r.Record)
+			if index == nil {
+				index = make(map[*kgo.Record]int, len(recs))
+				for i, rec := range recs {
+					index[rec] = i
+				}
+			}
+			i := index[r.Record]
 			errs[i] = s.produceErr(recs[i], r.Err)
 		}
 	}
