@@ -64,6 +64,7 @@ type config struct {
 	pollSlack    time.Duration // see pollSlack; shorter in tests
 	contentDedup bool
 	sendParallel int
+	noCoalesce   bool
 	logger       *slog.Logger
 }
 
@@ -74,10 +75,23 @@ const DefaultSendConcurrency = 8
 // WithSendConcurrency sets how many SendMessageBatch requests one Send (a
 // Publisher.PublishBatch of more than ten messages) has in flight at once
 // for a standard queue (default DefaultSendConcurrency; 1 sends them one
-// after another). A FIFO queue's requests are always sent one after
-// another, so each message group keeps its order.
+// after another), and how many requests concurrent single-message Sends
+// to one queue share (see WithoutCoalescing). A FIFO queue's batch
+// requests are always sent one after another, so each message group keeps
+// its order.
 func WithSendConcurrency(n int) SenderOption {
 	return senderOption(func(c *config) { c.sendParallel = max(n, 1) })
+}
+
+// WithoutCoalescing sends every single-message Send (a Publisher.Publish,
+// a retry or dead-letter copy) as its own SendMessage request. By default,
+// single messages that concurrent Sends publish to one queue while the
+// send concurrency's worth of requests to it are in flight wait for one to
+// come back and then leave together in one SendMessageBatch (up to ten
+// and 256 KiB): a lone publisher's message never waits, and many
+// concurrent publishers make fewer requests.
+func WithoutCoalescing() SenderOption {
+	return senderOption(func(c *config) { c.noCoalesce = true })
 }
 
 // WithContentBasedDeduplication leaves MessageDeduplicationId unset on FIFO
@@ -143,6 +157,9 @@ type Sender struct {
 	urls   *resolver
 	clock  func() time.Time
 	closed atomic.Bool
+
+	coalesceMu sync.Mutex
+	coalescers map[string]*coalescer // by queue URL
 }
 
 // NewSender returns a Sender using api (an *sqs.Client; point it at a local
@@ -259,9 +276,10 @@ func dedupID(m *driver.Message) string {
 	}
 }
 
-// Send publishes msgs: one SendMessage for a single message, otherwise
-// SendMessageBatch in chunks of up to 10 messages and 256 KiB. A partial
-// failure returns a *driver.BatchError.
+// Send publishes msgs: a single message with SendMessage, or in a
+// SendMessageBatch shared with the single messages of concurrent Sends
+// (see WithoutCoalescing); several in SendMessageBatch requests of up to 10
+// messages and 256 KiB. A partial failure returns a *driver.BatchError.
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	if s.closed.Load() {
 		return driver.ErrClosed
@@ -289,7 +307,9 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	for _, u := range order {
 		es := byURL[u]
 		if len(es) == 1 {
-			if _, err := s.api.SendMessage(ctx, es[0].in); err != nil {
+			if !s.cfg.noCoalesce {
+				errs[es[0].idx] = s.coalescer(u).send(ctx, es[0].in)
+			} else if _, err := s.api.SendMessage(ctx, es[0].in); err != nil {
 				errs[es[0].idx] = fmt.Errorf("babelqueue/sqs: SendMessage: %w", err)
 			}
 			continue
