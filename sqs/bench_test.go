@@ -3,6 +3,8 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +83,56 @@ func BenchmarkConsume(b *testing.B) {
 				defer r.Close(context.Background())
 				b.SetBytes(int64(len(m.Body)))
 				drivertest.BenchmarkConsume(b, r, snd, testURN, b.N, handlers, queue.WithBatchSize(10))
+			})
+		}
+	}
+}
+
+// BenchmarkConcurrentPublish has publishers Publish calls in flight at
+// once, with and without coalescing (WithoutCoalescing), and reports
+// msgs/s and requests per message.
+func BenchmarkConcurrentPublish(b *testing.B) {
+	for _, publishers := range []int{8, 32} {
+		for _, coalesce := range []bool{true, false} {
+			var opts []SenderOption
+			name := fmt.Sprintf("publishers=%d/coalescing", publishers)
+			if !coalesce {
+				opts = append(opts, WithoutCoalescing())
+				name = fmt.Sprintf("publishers=%d/WithoutCoalescing", publishers)
+			}
+			b.Run(name, func(b *testing.B) {
+				q := newQueue(b, false)
+				api := &gatedAPI{Client: client(b)}
+				snd := NewSender(api, opts...)
+				pub := queue.NewPublisher(snd)
+				m := drivertest.SizedMessage(b, testURN, q, 1<<10)
+				// publishAll publishes n from publishers goroutines at once.
+				publishAll := func(n int64) {
+					var next atomic.Int64
+					var wg sync.WaitGroup
+					for range publishers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for next.Add(1) <= n {
+								if err := pub.PublishEnvelope(context.Background(), m.Envelope); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+				}
+				publishAll(int64(4 * publishers)) // the queue URL, and a connection per publisher
+				before := len(api.recorded())
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				publishAll(int64(b.N))
+				b.StopTimer()
+				drivertest.ReportRate(b, b.N, start)
+				b.ReportMetric(float64(len(api.recorded())-before)/float64(b.N), "requests/msg")
 			})
 		}
 	}

@@ -17,10 +17,10 @@ const coalesceTimeout = time.Minute
 
 // coalescer gathers the single messages that concurrent Sends publish to
 // one queue into shared requests. At most limit requests to the queue are
-// in flight: a message that finds one free leaves at once (alone, with
-// SendMessage, when nothing else waits), and messages sent while all are
-// busy wait and leave together as soon as one comes back, up to ten and
-// 256 KiB a SendMessageBatch. A lone publisher's message never waits, and
+// in flight: a message that finds one free and nothing waiting leaves at
+// once, from its caller's goroutine, with SendMessage; messages sent while
+// all are busy wait and leave together as soon as one comes back, up to
+// ten and 256 KiB a SendMessageBatch. A lone publisher's message never waits, and
 // concurrent publishers share requests: fewer round trips, and SQS bills by
 // the request.
 type coalescer struct {
@@ -63,8 +63,20 @@ func (c *coalescer) send(ctx context.Context, in *awssqs.SendMessageInput) error
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("babelqueue/sqs: sending to %s: %w", c.url, err)
 	}
-	w := &waiter{ctx: ctx, in: in, size: size(aws.ToString(in.MessageBody), in.MessageAttributes), done: make(chan error, 1)}
 	c.mu.Lock()
+	if c.inflight < c.limit && len(c.waiting) == 0 {
+		// A request slot is free and nothing waits: send at once, from
+		// this goroutine, as a lone SendMessage.
+		c.inflight++
+		c.mu.Unlock()
+		_, err := c.s.api.SendMessage(ctx, in)
+		c.release()
+		if err != nil {
+			return fmt.Errorf("babelqueue/sqs: SendMessage: %w", err)
+		}
+		return nil
+	}
+	w := &waiter{ctx: ctx, in: in, size: size(aws.ToString(in.MessageBody), in.MessageAttributes), done: make(chan error, 1)}
 	c.waiting = append(c.waiting, w)
 	start := c.inflight < c.limit
 	if start {
@@ -87,8 +99,20 @@ func (c *coalescer) send(ctx context.Context, in *awssqs.SendMessageInput) error
 	}
 }
 
-// run sends what waits, one request after another, until nothing does,
-// and then gives its slot back.
+// release gives back the slot of a request that came back: to what waits,
+// sent from a new goroutine, or to the next Send.
+func (c *coalescer) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiting) > 0 {
+		go c.run()
+		return
+	}
+	c.inflight--
+}
+
+// run holds a request slot: it sends what waits, one request after
+// another, until nothing does, and then gives the slot back.
 func (c *coalescer) run() {
 	for {
 		c.mu.Lock()
