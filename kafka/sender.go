@@ -222,8 +222,10 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 		recs[i] = s.Record(m)
 	}
 	errs := make([]error, len(msgs))
-	var index map[*kgo.Record]int // built at the first failure
-	for _, r := range s.cl.ProduceSync(ctx, recs...) { // results arrive in completion order
+	// Results arrive in completion order; index finds a failed record's
+	// message, built at the first failure.
+	var index map[*kgo.Record]int
+	for _, r := range s.cl.ProduceSync(ctx, recs...) {
 		if r.Err != nil {
 			if index == nil {
 				index = make(map[*kgo.Record]int, len(recs))
