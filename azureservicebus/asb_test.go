@@ -190,3 +190,66 @@ func TestGateTypes(t *testing.T) {
 		}
 	}
 }
+
+// Many concurrent publishes to one queue, shared batches or one
+// SendMessage each (WithoutCoalescing), all arrive, each once; and one too
+// large fails its own publish only.
+func TestConcurrentPublishes(t *testing.T) {
+	for _, coalesce := range []bool{true, false} {
+		t.Run(map[bool]string{true: "coalescing", false: "WithoutCoalescing"}[coalesce], func(t *testing.T) {
+			client := newClient(t)
+			q := newQueue(t)
+			var opts []SenderOption
+			if !coalesce {
+				opts = append(opts, WithoutCoalescing())
+			}
+			snd := NewSender(client, opts...)
+			defer snd.Close(context.Background())
+			pub := queue.NewPublisher(snd)
+			const n = 40
+			var wg sync.WaitGroup
+			errs := make([]error, n+1)
+			for i := range n + 1 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					data := map[string]any{"i": i}
+					if i == n {
+						data["pad"] = strings.Repeat("x", StandardMaxMessageBytes)
+					}
+					_, errs[i] = pub.Publish(context.Background(), q, testURN, data)
+				}()
+			}
+			wg.Wait()
+			for i, err := range errs[:n] {
+				if err != nil {
+					t.Errorf("publish %d: %v", i, err)
+				}
+			}
+			if !errors.Is(errs[n], ErrTooLarge) {
+				t.Errorf("the oversized publish returned %v, want ErrTooLarge", errs[n])
+			}
+			r := newTestReceiver(t, client, q)
+			defer r.Close(context.Background())
+			var mu sync.Mutex
+			seen := map[float64]int{}
+			stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+				var d struct{ I float64 }
+				if err := m.Envelope.DecodeData(&d); err != nil {
+					return err
+				}
+				mu.Lock()
+				seen[d.I]++
+				mu.Unlock()
+				return nil
+			}, queue.WithConcurrency(4))
+			drivertest.WaitUntil(t, 30*time.Second, "40 messages", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n })
+			_ = stop()
+			for i, c := range seen {
+				if c != 1 {
+					t.Errorf("message %v handled %d times", i, c)
+				}
+			}
+		})
+	}
+}

@@ -24,7 +24,14 @@ type Sender struct {
 	mu      sync.Mutex
 	senders map[string]*azservicebus.Sender
 	closed  bool
+
+	noCoalesce bool
+	coalesce   *driver.Coalescer // single messages of concurrent Sends
 }
+
+// coalesceSlots is how many sends to one entity the single messages of
+// concurrent Sends keep in flight before they wait and share a batch.
+const coalesceSlots = 8
 
 // NewSender returns a Sender on client, which the caller keeps ownership of.
 // Connect with azservicebus.NewClientFromConnectionString (the emulator's
@@ -38,8 +45,21 @@ func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
+	s.coalesce = driver.NewCoalescer(coalesceSlots, 100, func(ctx context.Context, msgs []*driver.Message) []error {
+		return driver.ErrorsOf(s.send(ctx, msgs), len(msgs))
+	})
 	return s
 }
+
+// WithoutCoalescing sends every single-message Send (a Publisher.Publish,
+// a retry or dead-letter copy) with its own SendMessage. By default, single
+// messages without a session that concurrent Sends publish to one entity
+// while eight sends to it are in flight wait for one to come back and then
+// leave together in one message batch: a lone publisher's message never
+// waits, and many concurrent publishers make fewer round trips. (Messages
+// with a session always leave on their own: a partitioned entity takes a
+// batch of one session only.)
+func WithoutCoalescing() SenderOption { return func(s *Sender) { s.noCoalesce = true } }
 
 // WithSenderLogger logs to l (default slog.Default()).
 func WithSenderLogger(l *slog.Logger) SenderOption { return func(s *Sender) { s.logger = l } }
@@ -111,11 +131,29 @@ func (s *Sender) sender(queue string) (*azservicebus.Sender, error) {
 	return snd, nil
 }
 
-// Send publishes msgs: one SendMessage for a single message, otherwise
-// MessageBatch batches split at the entity's size limit. A message too large
-// on its own fails with ErrTooLarge; a partial failure returns a
-// *driver.BatchError.
+// Send publishes msgs: a single message with SendMessage, or in a message
+// batch shared with the single messages of concurrent Sends (see
+// WithoutCoalescing); several in MessageBatch batches split at the entity's
+// size limit. A message too large on its own fails with ErrTooLarge; a
+// partial failure returns a *driver.BatchError.
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
+	if len(msgs) == 1 && !s.noCoalesce && s.sessionless(msgs[0]) {
+		return s.coalesce.Send(ctx, msgs[0])
+	}
+	return s.send(ctx, msgs)
+}
+
+// sessionless reports whether m goes out without a session ID.
+func (s *Sender) sessionless(m *driver.Message) bool {
+	if m.Key != "" || s.sessionFallback != nil {
+		return false
+	}
+	om := ReceivedMessage(m.Origin)
+	return om == nil || om.SessionID == nil
+}
+
+// send is Send without coalescing.
+func (s *Sender) send(ctx context.Context, msgs []*driver.Message) error {
 	errs := make([]error, len(msgs))
 	byQueue := map[string][]int{}
 	var order []string

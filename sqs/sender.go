@@ -158,8 +158,7 @@ type Sender struct {
 	clock  func() time.Time
 	closed atomic.Bool
 
-	coalesceMu sync.Mutex
-	coalescers map[string]*coalescer // by queue URL
+	coalesce *driver.Coalescer // single messages of concurrent Sends
 }
 
 // NewSender returns a Sender using api (an *sqs.Client; point it at a local
@@ -175,7 +174,11 @@ func NewSender(api SenderAPI, opts ...SenderOption) *Sender {
 	if cfg.sendParallel == 0 {
 		cfg.sendParallel = DefaultSendConcurrency
 	}
-	return &Sender{api: api, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, clock: time.Now}
+	s := &Sender{api: api, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, clock: time.Now}
+	s.coalesce = driver.NewCoalescer(cfg.sendParallel, MaxBatch, func(ctx context.Context, msgs []*driver.Message) []error {
+		return driver.ErrorsOf(s.send(ctx, msgs), len(msgs))
+	})
+	return s
 }
 
 // Close marks the Sender closed: later Sends fail with driver.ErrClosed.
@@ -284,6 +287,14 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	if s.closed.Load() {
 		return driver.ErrClosed
 	}
+	if len(msgs) == 1 && !s.cfg.noCoalesce {
+		return s.coalesce.Send(ctx, msgs[0])
+	}
+	return s.send(ctx, msgs)
+}
+
+// send is Send without coalescing.
+func (s *Sender) send(ctx context.Context, msgs []*driver.Message) error {
 	errs := make([]error, len(msgs))
 	byURL := map[string][]entry{}
 	var order []string
@@ -307,9 +318,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	for _, u := range order {
 		es := byURL[u]
 		if len(es) == 1 {
-			if !s.cfg.noCoalesce {
-				errs[es[0].idx] = s.coalescer(u).send(ctx, es[0].in)
-			} else if _, err := s.api.SendMessage(ctx, es[0].in); err != nil {
+			if _, err := s.api.SendMessage(ctx, es[0].in); err != nil {
 				errs[es[0].idx] = fmt.Errorf("babelqueue/sqs: SendMessage: %w", err)
 			}
 			continue
