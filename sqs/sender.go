@@ -89,7 +89,7 @@ func WithSendConcurrency(n int) SenderOption {
 // send concurrency's worth of requests to it are in flight wait for one to
 // come back and then leave together in one SendMessageBatch (up to ten
 // and 256 KiB): a lone publisher's message never waits, and many
-// concurrent publishers make fewer requests.
+// concurrent publishers make fewer requests (driver.Coalescer).
 func WithoutCoalescing() SenderOption {
 	return senderOption(func(c *config) { c.noCoalesce = true })
 }
