@@ -74,12 +74,22 @@ func Project(m *driver.Message, now time.Time) *azservicebus.Message {
 		msg.ScheduledEnqueueTime = ptr(now.Add(m.Delay))
 		props[PropDelay] = max(m.Delay.Milliseconds(), 1)
 	}
-	if m.Key != "" {
-		msg.SessionID = ptr(m.Key)
-	} else if om := ReceivedMessage(m.Origin); om != nil && om.SessionID != nil {
-		msg.SessionID = ptr(*om.SessionID)
+	if id := sessionOf(m); id != "" {
+		msg.SessionID = ptr(id)
 	}
 	return msg
+}
+
+// sessionOf is the session Project gives m: its key, else for a retry or
+// dead-letter copy the session of the message it was made from, else "".
+func sessionOf(m *driver.Message) string {
+	if m.Key != "" {
+		return m.Key
+	}
+	if om := ReceivedMessage(m.Origin); om != nil && om.SessionID != nil {
+		return *om.SessionID
+	}
+	return ""
 }
 
 // receivedMessage returns the Service Bus message behind a delivery of this

@@ -29,9 +29,14 @@ type Sender struct {
 	coalesce   *driver.Coalescer // single messages of concurrent Sends
 }
 
-// coalesceSlots is how many sends to one entity the single messages of
-// concurrent Sends keep in flight before they wait and share a batch.
-const coalesceSlots = 8
+const (
+	// coalesceSlots is how many sends to one entity the single messages of
+	// concurrent Sends keep in flight before they wait and share a batch.
+	coalesceSlots = 8
+	// coalesceMaxBatch caps the messages of one shared batch; the batch
+	// also splits at the entity's size limit, as every batch does.
+	coalesceMaxBatch = 100
+)
 
 // NewSender returns a Sender on client, which the caller keeps ownership of.
 // Connect with azservicebus.NewClientFromConnectionString (the emulator's
@@ -45,7 +50,7 @@ func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	s.coalesce = driver.NewCoalescer(coalesceSlots, 100, func(ctx context.Context, msgs []*driver.Message) []error {
+	s.coalesce = driver.NewCoalescer(coalesceSlots, coalesceMaxBatch, func(ctx context.Context, msgs []*driver.Message) []error {
 		return driver.ErrorsOf(s.send(ctx, msgs), len(msgs))
 	})
 	return s
@@ -143,13 +148,11 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	return s.send(ctx, msgs)
 }
 
-// sessionless reports whether m goes out without a session ID.
+// sessionless reports whether m goes out without a session ID: Project
+// gives it none and no session fallback is set (which is not called here,
+// so that it runs once per message, in project).
 func (s *Sender) sessionless(m *driver.Message) bool {
-	if m.Key != "" || s.sessionFallback != nil {
-		return false
-	}
-	om := ReceivedMessage(m.Origin)
-	return om == nil || om.SessionID == nil
+	return s.sessionFallback == nil && sessionOf(m) == ""
 }
 
 // send is Send without coalescing.
