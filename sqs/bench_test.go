@@ -3,8 +3,6 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,30 +104,17 @@ func BenchmarkConcurrentPublish(b *testing.B) {
 				snd := NewSender(api, opts...)
 				pub := queue.NewPublisher(snd)
 				m := drivertest.SizedMessage(b, testURN, q, 1<<10)
-				// publishAll publishes n from publishers goroutines at once.
-				publishAll := func(n int64) {
-					var next atomic.Int64
-					var wg sync.WaitGroup
-					for range publishers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for next.Add(1) <= n {
-								if err := pub.PublishEnvelope(context.Background(), m.Envelope); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						}()
+				publishAll := func(n int) {
+					if err := drivertest.PublishConcurrently(context.Background(), pub, m.Envelope, publishers, n); err != nil {
+						b.Fatal(err)
 					}
-					wg.Wait()
 				}
-				publishAll(int64(4 * publishers)) // the queue URL, and a connection per publisher
+				publishAll(4 * publishers) // the queue URL, and a connection per publisher
 				before := len(api.recorded())
 				b.ReportAllocs()
 				b.ResetTimer()
 				start := time.Now()
-				publishAll(int64(b.N))
+				publishAll(b.N)
 				b.StopTimer()
 				drivertest.ReportRate(b, b.N, start)
 				b.ReportMetric(float64(len(api.recorded())-before)/float64(b.N), "requests/msg")

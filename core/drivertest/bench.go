@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,4 +131,32 @@ func BenchmarkBatches(b *testing.B, batch int, send func(i, n int) error) {
 	}
 	b.StopTimer()
 	ReportRate(b, b.N, start)
+}
+
+// PublishConcurrently publishes env n times through pub from publishers
+// goroutines at once, each taking the next publish as its last returns,
+// and returns the first error (the goroutine that met it stops).
+func PublishConcurrently(ctx context.Context, pub *queue.Publisher, env *core.Envelope, publishers, n int) error {
+	var (
+		next  atomic.Int64
+		first atomic.Pointer[error]
+		wg    sync.WaitGroup
+	)
+	for range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if err := pub.PublishEnvelope(ctx, env); err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
