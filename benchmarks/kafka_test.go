@@ -28,10 +28,34 @@ const urn = "urn:babel:orders:created"
 type kafkaPeer struct {
 	name string
 	// publisher returns a synchronous publisher, safe for concurrent use.
-	publisher func(tb testing.TB, seeds []string) kafkaPublisher
+	publisher func(tb testing.TB, seeds []string, mode producerMode) kafkaPublisher
 	// consume starts a consumer group on topic with n handlers that calls
 	// seen for every message, committing as that implementation does.
 	consume func(tb testing.TB, seeds []string, topic, group string, handlers int, seen func(sent string)) (stop func())
+}
+
+// producerMode is the delivery guarantee a publisher's producer keeps.
+type producerMode int
+
+const (
+	// defaults is each implementation's default producer at acks=all:
+	// franz-go's (this project's and the raw client's) is idempotent, with
+	// one produce request in flight per broker so that a retry can neither
+	// duplicate nor reorder records; Sarama's (Watermill's) is not, with up
+	// to five in flight.
+	defaults producerMode = iota
+	// nonIdempotent is every producer without idempotence, at acks=all and
+	// up to five requests in flight per broker: Sarama's default, and
+	// franz-go with kgo.DisableIdempotentWrite.
+	nonIdempotent
+)
+
+// kgoOpts is the client options of mode for a franz-go producer.
+func (mode producerMode) kgoOpts() []kgo.Opt {
+	if mode == nonIdempotent {
+		return []kgo.Opt{kgo.DisableIdempotentWrite()}
+	}
+	return nil
 }
 
 type kafkaPublisher interface {
@@ -54,8 +78,8 @@ type bqKafkaPublisher struct {
 	snd *bqkafka.Sender
 }
 
-func newBQKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
-	snd, err := bqkafka.NewSender(seeds, bqkafka.WithSenderLogger(discard()))
+func newBQKafkaPublisher(tb testing.TB, seeds []string, mode producerMode) kafkaPublisher {
+	snd, err := bqkafka.NewSender(seeds, bqkafka.WithSenderLogger(discard()), bqkafka.WithClientOptions(mode.kgoOpts()...))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -87,7 +111,9 @@ var watermillMarshaler = wmkafka.NewWithPartitioningMarshaler(func(_ string, m *
 
 type watermillPublisher struct{ pub *wmkafka.Publisher }
 
-func newWatermillPublisher(tb testing.TB, seeds []string) kafkaPublisher {
+// newWatermillPublisher is Watermill's synchronous publisher, whose Sarama
+// producer is not idempotent in either mode.
+func newWatermillPublisher(tb testing.TB, seeds []string, _ producerMode) kafkaPublisher {
 	cfg := wmkafka.DefaultSaramaSyncPublisherConfig()
 	cfg.Producer.RequiredAcks = sarama.WaitForAll // franz-go's default, for equal acks
 	pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
@@ -176,8 +202,8 @@ type rawKafkaPublisher struct {
 	templates []*kgo.Record
 }
 
-func newRawKafkaPublisher(tb testing.TB, seeds []string) kafkaPublisher {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+func newRawKafkaPublisher(tb testing.TB, seeds []string, mode producerMode) kafkaPublisher {
+	cl, err := kgo.NewClient(append(mode.kgoOpts(), kgo.SeedBrokers(seeds...))...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -359,7 +385,7 @@ func kafkaInterleaved(tb testing.TB, seeds []string) []metrics {
 	topic := createTopic(tb, seeds, partitions)
 	pubs := make([]publisher, len(kafkaPeers))
 	for i, p := range kafkaPeers {
-		kp := p.publisher(tb, seeds)
+		kp := p.publisher(tb, seeds, defaults)
 		defer kp.close()
 		pubs[i] = kp
 	}
@@ -373,7 +399,8 @@ type kafkaRow struct {
 
 var kafkaRows = []kafkaRow{
 	{"sync-publish", rowSyncPublish},
-	{"publishers=8", rowConcurrentPublish},
+	{"publishers=8", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConcurrentPublish(b, s, p, m, defaults) }},
+	{"publishers=8/non-idempotent", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConcurrentPublish(b, s, p, m, nonIdempotent) }},
 	{"batch=10000", func(b bench, s []string, p kafkaPeer, m *metrics) { rowBatchPublish(b, s, p, m, false) }},
 	{"batch=10000/prebuilt", func(b bench, s []string, p kafkaPeer, m *metrics) { rowBatchPublish(b, s, p, m, true) }},
 	{"consume=10000/handlers=1", func(b bench, s []string, p kafkaPeer, m *metrics) { rowConsume(b, s, p, m, 1) }},
@@ -384,21 +411,23 @@ var kafkaRows = []kafkaRow{
 
 func rowSyncPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
-	pub := p.publisher(b, seeds)
+	pub := p.publisher(b, seeds, defaults)
 	defer pub.close()
 	measureSyncPublish(b, createTopic(b, seeds, partitions), pub, m)
 }
 
-func rowConcurrentPublish(b bench, seeds []string, p kafkaPeer, m *metrics) {
+// rowConcurrentPublish is 8 concurrent synchronous publishers, with each
+// implementation's default producer or all of them without idempotence.
+func rowConcurrentPublish(b bench, seeds []string, p kafkaPeer, m *metrics, mode producerMode) {
 	b.StopTimer()
-	pub := p.publisher(b, seeds)
+	pub := p.publisher(b, seeds, mode)
 	defer pub.close()
 	measureConcurrentPublish(b, createTopic(b, seeds, partitions), pub, m)
 }
 
 func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics, prebuilt bool) {
 	b.StopTimer()
-	pub := p.publisher(b, seeds)
+	pub := p.publisher(b, seeds, defaults)
 	defer pub.close()
 	measureBatchPublish(b, createTopic(b, seeds, partitions), pub, m, prebuilt)
 }
@@ -410,7 +439,7 @@ func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics, prebuilt 
 func rowConsume(b bench, seeds []string, p kafkaPeer, m *metrics, handlers int) {
 	b.StopTimer()
 	topic := createTopic(b, seeds, partitions)
-	pub := p.publisher(b, seeds)
+	pub := p.publisher(b, seeds, defaults)
 	if err := publishBatch(context.Background(), pub, topic, msgs(load.consume, 0)); err != nil {
 		b.Fatal(err)
 	}
@@ -429,7 +458,7 @@ func rowConsume(b bench, seeds []string, p kafkaPeer, m *metrics, handlers int) 
 func rowLatency(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
 	topic := createTopic(b, seeds, partitions)
-	pub := p.publisher(b, seeds)
+	pub := p.publisher(b, seeds, defaults)
 	defer pub.close()
 	ctx := context.Background()
 	warm, lat := newTally(2, 0), newTally(load.latency, 0)
@@ -474,7 +503,7 @@ func admin(tb testing.TB, seeds []string) (*kadm.Client, func()) {
 func rowKeyed(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
 	topic := createTopic(b, seeds, 1)
-	pub := p.publisher(b, seeds)
+	pub := p.publisher(b, seeds, defaults)
 	if err := publishBatch(context.Background(), pub, topic, msgs(load.keyed, keyedKeys)); err != nil {
 		b.Fatal(err)
 	}
