@@ -121,16 +121,30 @@ type Delivery struct {
 	// "topic/partition@offset", an SQS or Service Bus message id, a Pulsar
 	// message id); "" when the driver has none.
 	Position string
-	// AsFunc, set by the driver, serves As.
+	// AsFunc, set by the driver, serves As. A driver may leave it nil and
+	// give Token an As(target any) bool method instead, which saves a
+	// closure a delivery.
 	AsFunc func(target any) bool
 }
+
+// asToken is a Token that serves Delivery.As itself.
+type asToken interface{ As(target any) bool }
 
 // As is the escape hatch to the broker's own message, as in Go CDK: it sets
 // target, a pointer to the native type, and reports whether the driver has
 // one of that type (*kgo.Record for Kafka, types.Message for SQS,
 // pulsar.Message for Pulsar, *azservicebus.ReceivedMessage for Service
 // Bus; each driver's doc names it).
-func (d *Delivery) As(target any) bool { return d != nil && d.AsFunc != nil && d.AsFunc(target) }
+func (d *Delivery) As(target any) bool {
+	switch {
+	case d == nil:
+		return false
+	case d.AsFunc != nil:
+		return d.AsFunc(target)
+	}
+	t, ok := d.Token.(asToken)
+	return ok && t.As(target)
+}
 
 // Capabilities says what a Receiver supports natively.
 type Capabilities struct {
