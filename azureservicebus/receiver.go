@@ -157,17 +157,18 @@ func (r *Receiver) As(target any) bool {
 	return ok
 }
 
-// receivedAs serves driver.Delivery.As: target is a
-// **azservicebus.ReceivedMessage.
-func receivedAs(m *azservicebus.ReceivedMessage) func(any) bool {
-	return func(target any) bool {
-		p, ok := target.(**azservicebus.ReceivedMessage)
-		if ok {
-			*p = m
-		}
-		return ok
+// receivedAs serves driver.Delivery.As for the tokens of both receivers:
+// target, a **azservicebus.ReceivedMessage, is set to m.
+func receivedAs(m *azservicebus.ReceivedMessage, target any) bool {
+	p, ok := target.(**azservicebus.ReceivedMessage)
+	if ok {
+		*p = m
 	}
+	return ok
 }
+
+// As serves driver.Delivery.As (see receivedAs).
+func (t *token) As(target any) bool { return receivedAs(t.msg, target) }
 
 // Capabilities implements driver.Receiver: an abandon raises DeliveryCount
 // (after the delay asked for), and dead-lettering is native.
@@ -381,7 +382,6 @@ func delivery(queue string, m *azservicebus.ReceivedMessage, tok any) *driver.De
 		Gate:     Gate(sv, hasSV),
 		Token:    tok,
 		Position: m.MessageID + "@" + pos,
-		AsFunc:   receivedAs(m),
 	}
 }
 

@@ -225,6 +225,9 @@ type sessionToken struct {
 	settled atomic.Bool
 }
 
+// As serves driver.Delivery.As (see receivedAs).
+func (t *sessionToken) As(target any) bool { return receivedAs(t.msg, target) }
+
 func (s *session) lose(err error) {
 	s.mu.Lock()
 	if s.lost == nil {

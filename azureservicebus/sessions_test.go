@@ -235,6 +235,10 @@ func TestSessionNeedsAKeyOrFallback(t *testing.T) {
 	if ds[0].OrderingKey != "default" {
 		t.Errorf("session %q, want the fallback's", ds[0].OrderingKey)
 	}
+	var m *azservicebus.ReceivedMessage
+	if !ds[0].As(&m) || m.SessionID == nil || *m.SessionID != "default" {
+		t.Errorf("Delivery.As(**azservicebus.ReceivedMessage) of a session delivery = %+v", m)
+	}
 	if err := r.Ack(context.Background(), ds[0]); err != nil {
 		t.Fatal(err)
 	}

@@ -114,6 +114,10 @@ type slot struct {
 	gone    bool // its partition was revoked or lost
 	held    bool // waiting for its bq-delay; not handed to the runtime yet
 	back    bool // handed back (Release); waiting in the backlog
+	// first is the box of the slot's first delivery, allocated with it; a
+	// delivery handed out again gets a box of its own, so that the token
+	// of an earlier one never changes under its holder.
+	first deliveryBox
 }
 
 // token is a delivery's handle: the slot as it was handed out. A slot
@@ -124,6 +128,16 @@ type token struct {
 }
 
 func (t *token) superseded() bool { return t.s.gone || t.s.back || t.s.gen != t.gen }
+
+// As serves driver.Delivery.As: target, a **kgo.Record, is set to the
+// delivery's record.
+func (t *token) As(target any) bool {
+	p, ok := target.(**kgo.Record)
+	if ok {
+		*p = t.s.rec
+	}
+	return ok
+}
 
 // Ordering says which records of a partition a Receiver hands to the
 // runtime one at a time.
@@ -276,17 +290,6 @@ func (r *Receiver) As(target any) bool {
 		*p = r.cl
 	}
 	return ok
-}
-
-// recordAs serves driver.Delivery.As: target is a **kgo.Record.
-func recordAs(rec *kgo.Record) func(any) bool {
-	return func(target any) bool {
-		p, ok := target.(**kgo.Record)
-		if ok {
-			*p = rec
-		}
-		return ok
-	}
 }
 
 // Capabilities implements driver.Receiver: Kafka has no native redelivery
@@ -589,7 +592,11 @@ func (r *Receiver) delivery(s *slot) *driver.Delivery {
 	}
 	att, hasAtt := headers[HeaderAttempts]
 	sv, hasSV := headers[HeaderSchemaVersion]
-	box := &deliveryBox{t: token{s: s, gen: s.gen}}
+	box := &s.first
+	if s.gen > 1 {
+		box = new(deliveryBox)
+	}
+	box.t = token{s: s, gen: s.gen}
 	box.d = driver.Delivery{
 		Body:        rec.Value,
 		Queue:       queue,
@@ -599,7 +606,6 @@ func (r *Receiver) delivery(s *slot) *driver.Delivery {
 		OrderingKey: ordering,
 		Token:       &box.t,
 		Position:    position,
-		AsFunc:      recordAs(rec),
 	}
 	return &box.d
 }

@@ -271,6 +271,72 @@ func TestAs(t *testing.T) {
 	}
 }
 
+// A record handed out again (after Release) gets a delivery of its own: the
+// first one's token stays superseded, its Ack does not settle the record,
+// and both answer As with the record.
+func TestRedeliveryKeepsEarlierDeliveryApart(t *testing.T) {
+	topic := newTopics(t, 1)
+	snd := newTestSender(t)
+	publishN(t, snd, topic, 1, false)
+	rcv := newTestReceiver(t, "g-"+topic, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	receive := func() *driver.Delivery {
+		t.Helper()
+		for ctx.Err() == nil {
+			ds, err := rcv.Receive(ctx, 10)
+			if err != nil && ctx.Err() == nil {
+				t.Fatal(err)
+			}
+			if len(ds) == 1 {
+				return ds[0]
+			}
+			if len(ds) > 1 {
+				t.Fatalf("got %d deliveries, want 1", len(ds))
+			}
+		}
+		t.Fatal("no delivery")
+		return nil
+	}
+	first := receive()
+	var r1 *kgo.Record
+	if !first.As(&r1) || r1 == nil {
+		t.Fatal("first delivery: As(**kgo.Record) failed")
+	}
+	if err := rcv.Release(ctx, first, 0); err != nil {
+		t.Fatal(err)
+	}
+	second := receive()
+	if second == first || second.Token == first.Token {
+		t.Fatal("the redelivery reuses the first delivery or its token")
+	}
+	var r2 *kgo.Record
+	if !second.As(&r2) || r2 != r1 {
+		t.Errorf("redelivery: As gave %p, want the record %p", r2, r1)
+	}
+	if !first.As(&r1) || r1 != r2 {
+		t.Error("first delivery: As changed after the redelivery")
+	}
+	// The stale Ack settles nothing: the record is still in flight.
+	if err := rcv.Ack(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenOf(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokenOfFirst, _ := tokenOf(first); !tokenOfFirst.superseded() || tok.superseded() || tok.s.done {
+		t.Fatalf("after a stale Ack: first superseded %v, second superseded %v, settled %v",
+			tokenOfFirst.superseded(), tok.superseded(), tok.s.done)
+	}
+	if err := rcv.Ack(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if !tok.s.done {
+		t.Error("the redelivery's Ack did not settle the record")
+	}
+}
+
 // A revoke waits for the handlers already running, not for every record the
 // consumer received ahead (a hundred a Receive by default): the second
 // member gets work within a handler's time, not after the first member has

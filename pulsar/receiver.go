@@ -96,6 +96,16 @@ type Receiver struct {
 
 type token struct{ msg pulsar.Message }
 
+// As serves driver.Delivery.As: target, a *pulsar.Message, is set to the
+// message.
+func (t *token) As(target any) bool {
+	p, ok := target.(*pulsar.Message)
+	if ok {
+		*p = t.msg
+	}
+	return ok
+}
+
 // NewReceiver subscribes to the topic of queue as subscription.
 func NewReceiver(client pulsar.Client, queue, subscription string, opts ...ReceiverOption) (*Receiver, error) {
 	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest}
@@ -271,7 +281,6 @@ func (r *Receiver) delivery(msg pulsar.Message) *driver.Delivery {
 		OrderingKey: key,
 		Token:       &token{msg: msg},
 		Position:    msg.ID().String(),
-		AsFunc:      messageAs(msg),
 	}
 }
 
@@ -331,17 +340,6 @@ func (r *Receiver) As(target any) bool {
 		*p = r.consumer
 	}
 	return ok
-}
-
-// messageAs serves driver.Delivery.As: target is a *pulsar.Message.
-func messageAs(msg pulsar.Message) func(any) bool {
-	return func(target any) bool {
-		p, ok := target.(*pulsar.Message)
-		if ok {
-			*p = msg
-		}
-		return ok
-	}
 }
 
 // Close closes the consumer; unacknowledged messages go to the other

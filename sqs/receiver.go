@@ -90,6 +90,17 @@ type token struct {
 	handle   string
 	group    string
 	received time.Time
+	msg      types.Message // for As
+}
+
+// As serves driver.Delivery.As: target, a *types.Message, is set to the
+// message as ReceiveMessage returned it.
+func (t *token) As(target any) bool {
+	p, ok := target.(*types.Message)
+	if ok {
+		*p = t.msg
+	}
+	return ok
 }
 
 type ackReq struct {
@@ -325,7 +336,7 @@ func (r *Receiver) deliveries(msgs []types.Message) []*driver.Delivery {
 		}
 		count, hasCount := m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]
 		sv, hasSV := headers[AttrSchemaVersion]
-		tok := &token{handle: aws.ToString(m.ReceiptHandle), group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], received: now}
+		tok := &token{handle: aws.ToString(m.ReceiptHandle), group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], received: now, msg: m}
 		r.outstanding[tok] = struct{}{}
 		ds = append(ds, &driver.Delivery{
 			Body:        []byte(aws.ToString(m.Body)),
@@ -336,21 +347,9 @@ func (r *Receiver) deliveries(msgs []types.Message) []*driver.Delivery {
 			OrderingKey: tok.group,
 			Token:       tok,
 			Position:    aws.ToString(m.MessageId),
-			AsFunc:      messageAs(m),
 		})
 	}
 	return ds
-}
-
-// messageAs serves driver.Delivery.As: target is a *types.Message.
-func messageAs(m types.Message) func(any) bool {
-	return func(target any) bool {
-		p, ok := target.(*types.Message)
-		if ok {
-			*p = m
-		}
-		return ok
-	}
 }
 
 func (r *Receiver) tokenOf(d *driver.Delivery) (*token, error) {
