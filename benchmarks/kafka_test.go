@@ -104,10 +104,24 @@ func consumeBQKafka(tb testing.TB, seeds []string, topic, group string, handlers
 // --- Watermill (watermill-kafka on Sarama) ---
 
 // watermillMarshaler keys messages by their "key" metadata, as a Watermill
-// user partitions by key.
-var watermillMarshaler = wmkafka.NewWithPartitioningMarshaler(func(_ string, m *message.Message) (string, error) {
-	return m.Metadata.Get("key"), nil
-})
+// user partitions by key, and leaves a message without one unkeyed, so that
+// Sarama spreads those over the partitions as franz-go does.
+// (NewWithPartitioningMarshaler would give them the empty key, which
+// hashes every one of them to the same partition.)
+var watermillMarshaler keyMetadataMarshaler
+
+type keyMetadataMarshaler struct{ wmkafka.DefaultMarshaler }
+
+func (k keyMetadataMarshaler) Marshal(topic string, m *message.Message) (*sarama.ProducerMessage, error) {
+	pm, err := k.DefaultMarshaler.Marshal(topic, m)
+	if err != nil {
+		return nil, err
+	}
+	if key := m.Metadata.Get("key"); key != "" {
+		pm.Key = sarama.StringEncoder(key)
+	}
+	return pm, nil
+}
 
 type watermillPublisher struct{ pub *wmkafka.Publisher }
 
