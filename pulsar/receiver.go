@@ -272,16 +272,24 @@ func (r *Receiver) delivery(msg pulsar.Message) *driver.Delivery {
 	case pulsar.Failover, pulsar.Exclusive:
 		key = msg.Topic()
 	}
-	return &driver.Delivery{
+	box := &deliveryBox{t: token{msg: msg}}
+	box.d = driver.Delivery{
 		Body:        msg.Payload(),
 		Queue:       r.queue,
 		Headers:     props,
 		Native:      NativeAttempts(msg.RedeliveryCount()),
 		Gate:        Gate(sv, hasSV),
 		OrderingKey: key,
-		Token:       &token{msg: msg},
+		Token:       &box.t,
 		Position:    msg.ID().String(),
 	}
+	return &box.d
+}
+
+// deliveryBox is a delivery and its token in one allocation.
+type deliveryBox struct {
+	d driver.Delivery
+	t token
 }
 
 func tokenOf(d *driver.Delivery) (*token, error) {

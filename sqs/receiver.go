@@ -336,9 +336,10 @@ func (r *Receiver) deliveries(msgs []types.Message) []*driver.Delivery {
 		}
 		count, hasCount := m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]
 		sv, hasSV := headers[AttrSchemaVersion]
-		tok := &token{handle: aws.ToString(m.ReceiptHandle), group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], received: now, msg: m}
+		box := &deliveryBox{t: token{handle: aws.ToString(m.ReceiptHandle), group: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)], received: now, msg: m}}
+		tok := &box.t
 		r.outstanding[tok] = struct{}{}
-		ds = append(ds, &driver.Delivery{
+		box.d = driver.Delivery{
 			Body:        []byte(aws.ToString(m.Body)),
 			Queue:       r.queue,
 			Headers:     headers,
@@ -347,9 +348,16 @@ func (r *Receiver) deliveries(msgs []types.Message) []*driver.Delivery {
 			OrderingKey: tok.group,
 			Token:       tok,
 			Position:    aws.ToString(m.MessageId),
-		})
+		}
+		ds = append(ds, &box.d)
 	}
 	return ds
+}
+
+// deliveryBox is a delivery and its token in one allocation.
+type deliveryBox struct {
+	d driver.Delivery
+	t token
 }
 
 func (r *Receiver) tokenOf(d *driver.Delivery) (*token, error) {
