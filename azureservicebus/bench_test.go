@@ -59,40 +59,24 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
-// BenchmarkConcurrentPublish has publishers Publish calls to one queue in
+// BenchmarkConcurrentPublish has 8 and 32 Publish calls to one queue in
 // flight at once, with and without coalescing (WithoutCoalescing): with it,
 // single messages that find eight sends in flight leave together in one
 // message batch.
 func BenchmarkConcurrentPublish(b *testing.B) {
-	for _, publishers := range []int{8, 32} {
-		for _, coalesce := range []bool{true, false} {
-			var opts []SenderOption
-			name := fmt.Sprintf("publishers=%d/coalescing", publishers)
-			if !coalesce {
-				opts = append(opts, WithoutCoalescing())
-				name = fmt.Sprintf("publishers=%d/WithoutCoalescing", publishers)
-			}
-			b.Run(name, func(b *testing.B) {
-				q := newQueue(b)
-				snd := NewSender(newClient(b), opts...)
-				defer snd.Close(context.Background())
-				pub := queue.NewPublisher(snd, queue.WithPublisherLogger(slog.New(slog.DiscardHandler)))
-				m := drivertest.SizedMessage(b, testURN, q, 1<<10)
-				publishAll := func(n int) {
-					if err := drivertest.PublishConcurrently(context.Background(), pub, m.Envelope, publishers, n); err != nil {
-						b.Fatal(err)
-					}
-				}
-				publishAll(4 * publishers) // the sender's link
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				publishAll(b.N)
-				b.StopTimer()
-				drivertest.ReportRate(b, b.N, start)
-			})
+	drivertest.BenchmarkConcurrentPublish(b, func(b *testing.B, coalesce bool) drivertest.ConcurrentPublish {
+		var opts []SenderOption
+		if !coalesce {
+			opts = append(opts, WithoutCoalescing())
 		}
-	}
+		q := newQueue(b)
+		snd := NewSender(newClient(b), opts...)
+		b.Cleanup(func() { _ = snd.Close(context.Background()) })
+		return drivertest.ConcurrentPublish{
+			Publisher: queue.NewPublisher(snd, queue.WithPublisherLogger(slog.New(slog.DiscardHandler))),
+			Envelope:  drivertest.SizedMessage(b, testURN, q, 1<<10).Envelope,
+		}
+	})
 }
 
 // BenchmarkConsume is publish-ahead, then peek-lock receive → decode →

@@ -86,39 +86,26 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
-// BenchmarkConcurrentPublish has publishers Publish calls in flight at
-// once, with and without coalescing (WithoutCoalescing), and reports
-// msgs/s and requests per message.
+// BenchmarkConcurrentPublish has 8 and 32 Publish calls in flight at once,
+// with and without coalescing (WithoutCoalescing), and reports msgs/s and
+// requests per message.
 func BenchmarkConcurrentPublish(b *testing.B) {
-	for _, publishers := range []int{8, 32} {
-		for _, coalesce := range []bool{true, false} {
-			var opts []SenderOption
-			name := fmt.Sprintf("publishers=%d/coalescing", publishers)
-			if !coalesce {
-				opts = append(opts, WithoutCoalescing())
-				name = fmt.Sprintf("publishers=%d/WithoutCoalescing", publishers)
-			}
-			b.Run(name, func(b *testing.B) {
-				q := newQueue(b, false)
-				api := &gatedAPI{Client: client(b)}
-				snd := NewSender(api, opts...)
-				pub := queue.NewPublisher(snd)
-				m := drivertest.SizedMessage(b, testURN, q, 1<<10)
-				publishAll := func(n int) {
-					if err := drivertest.PublishConcurrently(context.Background(), pub, m.Envelope, publishers, n); err != nil {
-						b.Fatal(err)
-					}
-				}
-				publishAll(4 * publishers) // the queue URL, and a connection per publisher
-				before := len(api.recorded())
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				publishAll(b.N)
-				b.StopTimer()
-				drivertest.ReportRate(b, b.N, start)
-				b.ReportMetric(float64(len(api.recorded())-before)/float64(b.N), "requests/msg")
-			})
+	drivertest.BenchmarkConcurrentPublish(b, func(b *testing.B, coalesce bool) drivertest.ConcurrentPublish {
+		var opts []SenderOption
+		if !coalesce {
+			opts = append(opts, WithoutCoalescing())
 		}
-	}
+		q := newQueue(b, false)
+		api := &gatedAPI{Client: client(b)}
+		return drivertest.ConcurrentPublish{
+			Publisher: queue.NewPublisher(NewSender(api, opts...)),
+			Envelope:  drivertest.SizedMessage(b, testURN, q, 1<<10).Envelope,
+			Timed: func() func() {
+				before := len(api.recorded())
+				return func() {
+					b.ReportMetric(float64(len(api.recorded())-before)/float64(b.N), "requests/msg")
+				}
+			},
+		}
+	})
 }

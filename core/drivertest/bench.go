@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,6 +132,54 @@ func BenchmarkBatches(b *testing.B, batch int, send func(i, n int) error) {
 	}
 	b.StopTimer()
 	ReportRate(b, b.N, start)
+}
+
+// ConcurrentPublish is what BenchmarkConcurrentPublish publishes through:
+// a Publisher on a fresh destination and the envelope it publishes there.
+// Timed, when not nil, is called right before the timed publishes and
+// returns what to call right after them (a driver's own metrics, such as
+// requests a message).
+type ConcurrentPublish struct {
+	Publisher *queue.Publisher
+	Envelope  *core.Envelope
+	Timed     func() (after func())
+}
+
+// BenchmarkConcurrentPublish has 8 and then 32 goroutines publish at once,
+// with single messages coalesced and without (a driver's
+// WithoutCoalescing), as sub-benchmarks publishers=N/coalescing and
+// publishers=N/WithoutCoalescing; setup returns what each publishes
+// through. Each is warmed up with four publishes a goroutine (connections,
+// links, the destination's address) and reports msgs/s.
+func BenchmarkConcurrentPublish(b *testing.B, setup func(b *testing.B, coalesce bool) ConcurrentPublish) {
+	for _, publishers := range []int{8, 32} {
+		for _, coalesce := range []bool{true, false} {
+			name := fmt.Sprintf("publishers=%d/coalescing", publishers)
+			if !coalesce {
+				name = fmt.Sprintf("publishers=%d/WithoutCoalescing", publishers)
+			}
+			b.Run(name, func(b *testing.B) {
+				c := setup(b, coalesce)
+				publishAll := func(n int) {
+					if err := PublishConcurrently(context.Background(), c.Publisher, c.Envelope, publishers, n); err != nil {
+						b.Fatal(err)
+					}
+				}
+				publishAll(4 * publishers)
+				after := func() {}
+				if c.Timed != nil {
+					after = c.Timed()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				publishAll(b.N)
+				b.StopTimer()
+				ReportRate(b, b.N, start)
+				after()
+			})
+		}
+	}
 }
 
 // PublishConcurrently publishes env n times through pub from publishers
