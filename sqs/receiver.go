@@ -80,7 +80,14 @@ type Receiver struct {
 	pollNotify chan struct{}      // a poll finished
 	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
 	pollStop   context.CancelFunc
-	polls      sync.WaitGroup
+	polls      sync.WaitGroup // ReceiveMessage calls started and not finished
+	// A poll runs on one of pollers long-lived goroutines (at most
+	// maxPolls, started as needed, ended by Close), not on a goroutine of
+	// its own: a fresh goroutine's stack grows, copied frame by frame,
+	// through the SDK's middleware on every call.
+	pollJobs    chan pollJob // never holds more than maxPolls
+	pollers     int
+	pollersDone sync.WaitGroup
 
 	stop chan struct{}
 	done chan struct{}
@@ -132,6 +139,7 @@ func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receive
 		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: cfg.logger,
 		outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 		ackSlots: make(chan struct{}, maxAsyncAcks), pollNotify: make(chan struct{}, 1),
+		pollJobs: make(chan pollJob, maxPolls),
 	}
 	r.pollCtx, r.pollStop = context.WithCancel(context.Background())
 	go r.heartbeatLoop()
@@ -255,7 +263,27 @@ func (r *Receiver) startPollsLocked(url string, limit, want int) {
 	for !r.pollsShut && r.polling < want {
 		r.polling++
 		r.polls.Add(1)
-		go r.poll(url, int32(min(limit, MaxBatch)))
+		if r.pollers < r.polling {
+			r.pollers++
+			r.pollersDone.Add(1)
+			go r.poller()
+		}
+		// Never blocks: no more than maxPolls, its capacity, are polling.
+		r.pollJobs <- pollJob{url: url, n: int32(min(limit, MaxBatch))}
+	}
+}
+
+// pollJob is one ReceiveMessage of up to n messages from url.
+type pollJob struct {
+	url string
+	n   int32
+}
+
+// poller runs polls until Close closes pollJobs.
+func (r *Receiver) poller() {
+	defer r.pollersDone.Done()
+	for j := range r.pollJobs {
+		r.poll(j.url, j.n)
 	}
 }
 
@@ -608,6 +636,8 @@ func (r *Receiver) Close(ctx context.Context) error {
 	}
 	r.pollStop()
 	<-polled
+	close(r.pollJobs) // no poll starts once pollsShut is set
+	r.pollersDone.Wait()
 	r.pollMu.Lock()
 	unsent := r.ready
 	r.ready = nil

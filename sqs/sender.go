@@ -358,14 +358,20 @@ func (s *Sender) sendBatches(ctx context.Context, url string, batches [][]entry,
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, s.cfg.sendParallel)
-	for _, b := range batches {
-		slots <- struct{}{}
+	// sendParallel goroutines take the batches in turn, rather than one
+	// goroutine a batch: a fresh goroutine's stack grows, copied frame by
+	// frame, through the SDK's middleware on every request.
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range min(s.cfg.sendParallel, len(batches)) {
 		wg.Add(1)
 		go func() {
-			defer func() { <-slots; wg.Done() }()
-			s.sendBatch(ctx, url, b, errs)
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(batches)); i = next.Add(1) - 1 {
+				s.sendBatch(ctx, url, batches[i], errs)
+			}
 		}()
 	}
 	wg.Wait()

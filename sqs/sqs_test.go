@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -502,4 +503,67 @@ func queueCounts(t *testing.T, q string) string {
 	}
 	return fmt.Sprintf("%v visible, %v in flight", out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)],
 		out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+}
+
+// Polls run on long-lived goroutines (one per poll in flight, at most
+// maxPolls); Close ends every one of them, and the messages the last polls
+// brought are visible again.
+func TestCloseEndsPollers(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	batch := make([]queue.Outgoing, 60)
+	for i := range batch {
+		env, _ := core.New(testURN, map[string]int{"i": i}, core.WithQueue(q))
+		batch[i] = queue.Outgoing{Envelope: env}
+	}
+	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	before := pollers() // other tests' receivers never closed
+	r := NewReceiver(client(t), q, WithWaitTime(time.Second))
+	got := 0
+	for range 2 { // the first finds the backlog; the second runs up to 4 polls
+		ds, err := r.Receive(context.Background(), 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(ds)
+	}
+	if n := pollers() - before; n == 0 {
+		t.Fatal("no poller running after two receives")
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := pollers() - before; n != 0 {
+		t.Fatalf("%d pollers still running after Close", n)
+	}
+	// What was received and never settled comes back once its visibility
+	// (30s) lapses; what Close handed back is visible now.
+	r2 := newTestReceiver(t, q)
+	defer r2.Close(context.Background())
+	back := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for back < len(batch)-got && time.Now().Before(deadline) {
+		ds, err := r2.Receive(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := r2.Ack(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		back += len(ds)
+	}
+	if back != len(batch)-got {
+		t.Fatalf("%d of the %d messages the polls took and Close handed back came back (%s)", back, len(batch)-got, queueCounts(t, q))
+	}
+}
+
+// pollers counts the goroutines running (*Receiver).poller.
+func pollers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "sqs.(*Receiver).poller(")
 }
