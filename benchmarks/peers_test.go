@@ -305,7 +305,7 @@ func measureConcurrentPublish(b bench, dest string, pub publisher, m *metrics) {
 		b.Fatal(err)
 	}
 	b.StartTimer()
-	start := time.Now()
+	cpu, start := cpuTime(), time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, publishers)
 	for w := range publishers {
@@ -320,6 +320,7 @@ func measureConcurrentPublish(b bench, dest string, pub publisher, m *metrics) {
 	}
 	wg.Wait()
 	m.add("msgs/s", float64(load.concurrent)/time.Since(start).Seconds())
+	m.addCPU(cpu, load.concurrent)
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
@@ -345,7 +346,7 @@ func measureBatchPublish(b bench, dest string, pub publisher, m *metrics, prebui
 		}
 	}
 	b.StartTimer()
-	start := time.Now()
+	cpu, start := cpuTime(), time.Now()
 	var err error
 	if prebuilt {
 		err = send(ctx)
@@ -356,6 +357,7 @@ func measureBatchPublish(b bench, dest string, pub publisher, m *metrics, prebui
 		b.Fatal(err)
 	}
 	m.add("msgs/s", float64(load.batch)/time.Since(start).Seconds())
+	m.addCPU(cpu, load.batch)
 }
 
 // bqPublisher is this project's Publisher on any driver.
@@ -417,7 +419,7 @@ func measureLatency(b bench, dest string, pub publisher, lat *tally, m *metrics)
 func measureConsume(b bench, name string, m *metrics, start func(seen func(string)) (stop func()), settled func() bool) {
 	t := newTally(load.consume, 0)
 	b.StartTimer()
-	began := time.Now()
+	cpu, began := cpuTime(), time.Now()
 	stop := start(t.seen)
 	t.wait(b, 5*time.Minute)
 	handled := time.Since(began)
@@ -429,6 +431,7 @@ func measureConsume(b bench, name string, m *metrics, start func(seen func(strin
 		time.Sleep(5 * time.Millisecond)
 	}
 	all := time.Since(began)
+	m.addCPU(cpu, load.consume)
 	b.StopTimer()
 	stop()
 	m.add("msgs/s", t.steady())
@@ -506,6 +509,16 @@ func warmUp(b *testing.B, server string, run func()) {
 type metrics struct {
 	sum map[string]float64
 	n   map[string]int
+}
+
+// addCPU adds the cpu-µs/msg metric: the process's CPU time since began
+// (a cpuTime reading) over n messages. Where cpuTime measures nothing it
+// adds nothing.
+func (m *metrics) addCPU(began time.Duration, n int) {
+	if began == 0 {
+		return
+	}
+	m.add("cpu-µs/msg", float64(cpuTime()-began)/float64(time.Microsecond)/float64(n))
 }
 
 func (m *metrics) add(name string, v float64) {

@@ -34,6 +34,7 @@ var metrics = []struct {
 	{"committed-ms", true},
 	{"p50-µs", true},
 	{"p99-µs", true},
+	{"cpu-µs/msg", true},
 }
 
 var procs = regexp.MustCompile(`-\d+$`)
