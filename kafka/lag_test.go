@@ -9,6 +9,8 @@ import (
 
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Lag is the high watermark less the next offset to commit: a record held
@@ -125,5 +127,67 @@ func TestCaughtUpCommit(t *testing.T) {
 	})
 	if took := time.Since(first); took >= interval/2 {
 		t.Fatalf("the second burst was committed %v after the first: at the tick, not a quiet period after the first", took)
+	}
+}
+
+// A trickle, each record handled before the next arrives, catches the
+// receiver up after every record. That is not the end of a burst: it costs
+// a commit per interval, not one per quiet period (a commit every 100 ms
+// here before), and once the trickle stops what it left is committed a
+// quiet period after the last settle.
+func TestTrickleCommitsPerInterval(t *testing.T) {
+	const (
+		interval = time.Second // quiet period: 100 ms
+		records  = 60
+		every    = 25 * time.Millisecond // 1.5 s of trickle
+	)
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	var commits atomic.Int32
+	r := newTestReceiver(t, group, []string{topic}, WithCommitInterval(interval),
+		WithConsumerClientOptions(kgo.WithHooks(commitCounter{&commits})))
+	defer r.Close(context.Background())
+	var handled atomic.Int32
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		handled.Add(1)
+		return nil
+	})
+	defer func() { _ = stop() }()
+	pub := queue.NewPublisher(snd)
+	// The first record is handled once the group has joined; the trickle
+	// runs from there.
+	if _, err := pub.Publish(context.Background(), topic, testURN, map[string]int{"i": 0}); err != nil {
+		t.Fatal(err)
+	}
+	drivertest.WaitUntil(t, 30*time.Second, "the first record handled", func() bool { return handled.Load() == 1 })
+	before := commits.Load()
+	start := time.Now()
+	for i := 1; i < records; i++ {
+		time.Sleep(every)
+		if _, err := pub.Publish(context.Background(), topic, testURN, map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drivertest.WaitUntil(t, 10*time.Second, "all handled", func() bool { return handled.Load() == records })
+	took := time.Since(start)
+	during := commits.Load() - before
+	t.Logf("%d commits during a %v trickle", during, took.Round(time.Millisecond))
+	// A tick an interval, the first record's catch-up, and two of slack
+	// for a publish held up past a quiet period on a loaded machine.
+	if limit := int32(took/interval) + 3; during > limit {
+		t.Fatalf("%d commits during a %v trickle with a %v commit interval, want at most %d", during, took.Round(time.Millisecond), interval, limit)
+	}
+	drivertest.WaitUntil(t, interval, "the trickle committed", func() bool {
+		return committed(t, group, topic)[0] == records
+	})
+}
+
+// commitCounter counts the OffsetCommit requests a client writes.
+type commitCounter struct{ n *atomic.Int32 }
+
+func (c commitCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == (&kmsg.OffsetCommitRequest{}).Key() && err == nil {
+		c.n.Add(1)
 	}
 }

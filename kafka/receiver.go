@@ -778,9 +778,13 @@ func (r *Receiver) stopCommitLoop() {
 // received settled, up to every partition's high watermark, nothing left
 // buffered), but not within a quiet period (a tenth of the interval) of its
 // last commit, and otherwise a quiet period after the last settle: a burst
-// is committed as soon as it is handled rather than at the next tick, a
-// steady stream still costs one commit per interval, and no pattern of
-// bursts costs more than one commit per quiet period.
+// is committed as soon as it is handled rather than at the next tick, and
+// no pattern of bursts costs more than one commit per quiet period. A
+// receiver that catches up again within a quiet period of catching up
+// (a trickle: each record handled before the next arrives) is not at the
+// end of a burst: it is left to the tick and to the quiet period after the
+// last settle, so a steady stream, however thin, costs one commit per
+// interval.
 func (r *Receiver) commitLoop() {
 	defer close(r.commitsDone)
 	t := time.NewTicker(r.cfg.commitInterval)
@@ -789,8 +793,9 @@ func (r *Receiver) commitLoop() {
 	q := time.NewTimer(quiet)
 	q.Stop()
 	defer q.Stop()
-	var last time.Time // when the loop last sent offsets
-	caught := false    // caught up within a quiet period of last: q commits at last+quiet
+	var last time.Time   // when the loop last sent offsets
+	var lastUp time.Time // when the receiver last caught up
+	caught := false      // caught up within a quiet period of last: q commits at last+quiet
 	for {
 		var offsets map[string]map[int32]kgo.EpochOffset
 		select {
@@ -802,7 +807,13 @@ func (r *Receiver) commitLoop() {
 			}
 			continue
 		case <-r.caughtUp:
-			if wait := quiet - time.Since(last); wait > 0 {
+			now := time.Now()
+			again := now.Sub(lastUp) < quiet
+			lastUp = now
+			if again {
+				continue
+			}
+			if wait := quiet - now.Sub(last); wait > 0 {
 				caught = true
 				q.Reset(wait)
 				continue
