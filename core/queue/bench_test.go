@@ -3,7 +3,9 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,8 @@ import (
 // reconcile, route, middleware, handler, ack) and nothing of a broker.
 type benchDriver struct {
 	body  []byte
+	keys  int // ordering keys the deliveries take in turn; 0 for none
+	n     int
 	acked atomic.Int64
 	want  int64
 	done  chan struct{}
@@ -31,6 +35,10 @@ func (d *benchDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery,
 	out := make([]*driver.Delivery, max)
 	for i := range out {
 		out[i] = &driver.Delivery{Body: d.body, Queue: "orders", Native: core.NativeAttempts{Count: 0, Known: true}}
+		if d.keys > 0 {
+			out[i].OrderingKey = orderingKeys[d.n%d.keys]
+			d.n++
+		}
 	}
 	return out, nil
 }
@@ -46,10 +54,18 @@ func (d *benchDriver) Release(context.Context, *driver.Delivery, time.Duration) 
 func (d *benchDriver) Capabilities() driver.Capabilities                              { return driver.Capabilities{} }
 func (d *benchDriver) Send(context.Context, []*driver.Message) error                  { return nil }
 
-func benchmarkDispatch(b *testing.B, concurrency int) {
+var orderingKeys = func() []string {
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = "orders/" + strconv.Itoa(i)
+	}
+	return keys
+}()
+
+func benchmarkDispatch(b *testing.B, concurrency, keys int) {
 	e, _ := core.New("urn:babel:orders:created", map[string]any{"order_id": 1042}, core.WithQueue("orders"))
 	body, _ := e.Encode()
-	d := &benchDriver{body: body, want: int64(b.N), done: make(chan struct{})}
+	d := &benchDriver{body: body, keys: keys, want: int64(b.N), done: make(chan struct{})}
 	c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(64),
 		queue.WithLogger(slog.New(slog.DiscardHandler)))
 	c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error { return nil })
@@ -66,8 +82,11 @@ func benchmarkDispatch(b *testing.B, concurrency int) {
 
 // BenchmarkDispatch is decode → route → handler → ack per message.
 func BenchmarkDispatch(b *testing.B) {
-	b.Run("handlers=1", func(b *testing.B) { benchmarkDispatch(b, 1) })
-	b.Run("handlers=8", func(b *testing.B) { benchmarkDispatch(b, 8) })
+	for _, keys := range []int{0, 8} {
+		for _, handlers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("keys=%d/handlers=%d", keys, handlers), func(b *testing.B) { benchmarkDispatch(b, handlers, keys) })
+		}
+	}
 }
 
 // BenchmarkPublish is Publisher.Publish of a 290-byte raw payload through a
