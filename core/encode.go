@@ -24,7 +24,19 @@ func (e *Envelope) AppendEncode(dst []byte) ([]byte, error) {
 
 // encodedAt is where appendEncode wrote the text of trace_id and meta.id
 // (after the opening quote) and the data object (from data to dataEnd).
-type encodedAt struct{ trace, data, dataEnd, id int }
+// With freshTrace or freshID set, appendEncode writes a fresh UUID there
+// instead of the envelope's value (a placeholder of the same length).
+type encodedAt struct {
+	trace, data, dataEnd, id int
+	freshTrace, freshID      bool
+}
+
+// appendFreshID appends a quoted fresh UUID to dst.
+func appendFreshID(dst []byte) []byte {
+	dst = append(dst, `"`+uuidPlaceholder+`"`...)
+	putUUID((*[uuidLen]byte)(dst[len(dst)-1-uuidLen:]))
+	return dst
+}
 
 // appendEncode appends the encoding of e, valid, to dst and records in at
 // where some of its parts went.
@@ -33,7 +45,11 @@ func (e *Envelope) appendEncode(dst []byte, at *encodedAt) []byte {
 	dst = appendString(dst, e.URN)
 	dst = append(dst, `,"trace_id":`...)
 	at.trace = len(dst) + 1
-	dst = appendString(dst, e.TraceID)
+	if at.freshTrace {
+		dst = appendFreshID(dst)
+	} else {
+		dst = appendString(dst, e.TraceID)
+	}
 	dst = append(dst, `,"data":`...)
 	at.data = len(dst)
 	if len(e.data) == 0 {
@@ -44,7 +60,11 @@ func (e *Envelope) appendEncode(dst []byte, at *encodedAt) []byte {
 	at.dataEnd = len(dst)
 	dst = append(dst, `,"meta":{"id":`...)
 	at.id = len(dst) + 1
-	dst = appendString(dst, e.Meta.ID)
+	if at.freshID {
+		dst = appendFreshID(dst)
+	} else {
+		dst = appendString(dst, e.Meta.ID)
+	}
 	dst = append(dst, `,"queue":`...)
 	dst = appendString(dst, e.Meta.Queue)
 	dst = append(dst, `,"lang":`...)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // SchemaVersion is the only envelope schema version this package reads and writes.
@@ -171,9 +172,10 @@ func build(urn string, data any, opts []Option, encode bool) (*Envelope, []byte,
 		e.data = raw
 		return e, nil, nil
 	}
-	// The body is encoded with the data where it is and placeholders for
-	// the ids; then the envelope is pointed at the body's data and the ids
-	// are written over their placeholders.
+	// The body is encoded with the data where it is and the fresh ids
+	// generated in place (the envelope holds placeholders of their length
+	// until then, for Validate and the size hint); then the envelope is
+	// pointed at the body's data and ids.
 	d, err := dataOf(data, 0)
 	if err != nil {
 		return nil, nil, err
@@ -189,15 +191,15 @@ func build(urn string, data any, opts []Option, encode bool) (*Envelope, []byte,
 		d.release()
 		return nil, nil, err
 	}
-	var at encodedAt
+	at := encodedAt{freshID: needID, freshTrace: needTrace}
 	body := e.appendEncode(make([]byte, 0, e.sizeHint()), &at)
 	d.release()
 	e.data = body[at.data:at.dataEnd:at.dataEnd]
 	if needID {
-		e.Meta.ID = freshID(body[at.id:])
+		e.Meta.ID = unsafe.String(&body[at.id], uuidLen)
 	}
 	if needTrace {
-		e.TraceID = freshID(body[at.trace:])
+		e.TraceID = unsafe.String(&body[at.trace], uuidLen)
 	}
 	return e, body, nil
 }
