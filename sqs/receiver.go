@@ -80,14 +80,13 @@ type Receiver struct {
 	pollNotify chan struct{}      // a poll finished
 	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
 	pollStop   context.CancelFunc
-	polls      sync.WaitGroup // ReceiveMessage calls started and not finished
 	// A poll runs on one of pollers long-lived goroutines (at most
 	// maxPolls, started as needed, ended by Close), not on a goroutine of
 	// its own: a fresh goroutine's stack grows, copied frame by frame,
 	// through the SDK's middleware on every call.
 	pollJobs    chan pollJob // never holds more than maxPolls
 	pollers     int
-	pollersDone sync.WaitGroup
+	pollersDone sync.WaitGroup // the pollers: done once Close closed pollJobs and every poll asked for ran
 
 	stop chan struct{}
 	done chan struct{}
@@ -262,7 +261,6 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 func (r *Receiver) startPollsLocked(url string, limit, want int) {
 	for !r.pollsShut && r.polling < want {
 		r.polling++
-		r.polls.Add(1)
 		if r.pollers < r.polling {
 			r.pollers++
 			r.pollersDone.Add(1)
@@ -303,7 +301,6 @@ const pollSlack = 10 * time.Second
 
 // poll runs one ReceiveMessage and adds what it brings to ready.
 func (r *Receiver) poll(url string, n int32) {
-	defer r.polls.Done()
 	wait := min(r.cfg.wait/time.Second, 20)
 	limit := time.Duration(wait)*time.Second + r.cfg.pollSlack
 	ctx, cancel := context.WithTimeout(r.pollCtx, limit)
@@ -623,12 +620,15 @@ func (r *Receiver) Close(ctx context.Context) error {
 	r.pollMu.Lock()
 	r.pollsShut = true
 	r.pollMu.Unlock()
+	// No poll is asked for once pollsShut is set: the pollers run the
+	// polls already asked for and end.
+	close(r.pollJobs)
 	select {
 	case r.pollNotify <- struct{}{}:
 	default:
 	}
 	polled := make(chan struct{})
-	go func() { r.polls.Wait(); close(polled) }()
+	go func() { r.pollersDone.Wait(); close(polled) }()
 	select {
 	case <-polled:
 	case <-time.After(rescueGrace):
@@ -636,8 +636,6 @@ func (r *Receiver) Close(ctx context.Context) error {
 	}
 	r.pollStop()
 	<-polled
-	close(r.pollJobs) // no poll starts once pollsShut is set
-	r.pollersDone.Wait()
 	r.pollMu.Lock()
 	unsent := r.ready
 	r.ready = nil
