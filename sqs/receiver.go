@@ -64,8 +64,16 @@ type Receiver struct {
 
 	ackMu    sync.Mutex
 	ackQueue []*ackReq
-	flushers int           // goroutines sending ackQueue, at most maxFlushers
+	flushers int           // flushes of ackQueue asked for and not finished, at most maxFlushers
 	ackSlots chan struct{} // bounds asynchronous acknowledgements in flight
+	// A flush runs on one of flusherGs long-lived goroutines (at most
+	// maxFlushers, started as needed, ended by Close), for the reason the
+	// polls do: a fresh goroutine's stack grows through the SDK's
+	// middleware on every DeleteMessageBatch.
+	flushJobs    chan struct{} // a flush asked for; never holds more than maxFlushers
+	flusherGs    int
+	flushShut    bool // Close closed flushJobs: a flush runs on a goroutine of its own
+	flushersDone sync.WaitGroup
 
 	// Long polls run in the background (see Receive): what they bring
 	// waits in ready for the next Receive.
@@ -138,7 +146,7 @@ func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receive
 		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: cfg.logger,
 		outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 		ackSlots: make(chan struct{}, maxAsyncAcks), pollNotify: make(chan struct{}, 1),
-		pollJobs: make(chan pollJob, maxPolls),
+		pollJobs: make(chan pollJob, maxPolls), flushJobs: make(chan struct{}, maxFlushers),
 	}
 	r.pollCtx, r.pollStop = context.WithCancel(context.Background())
 	go r.heartbeatLoop()
@@ -441,12 +449,36 @@ func (r *Receiver) enqueueAck(req *ackReq) {
 	r.ackMu.Lock()
 	r.ackQueue = append(r.ackQueue, req)
 	start := r.flushers == 0 || (len(r.ackQueue) >= MaxBatch && r.flushers < maxFlushers)
+	spawn, own := false, false
 	if start {
 		r.flushers++
+		switch {
+		case r.flushShut:
+			own = true
+		default:
+			if r.flusherGs < r.flushers {
+				r.flusherGs++
+				r.flushersDone.Add(1)
+				spawn = true
+			}
+			// Never blocks: no more than maxFlushers, its capacity, are asked for.
+			r.flushJobs <- struct{}{}
+		}
 	}
 	r.ackMu.Unlock()
-	if start {
+	if spawn {
+		go r.flusher()
+	}
+	if own {
 		go r.flushAcks()
+	}
+}
+
+// flusher runs the flushes asked for until Close closes flushJobs.
+func (r *Receiver) flusher() {
+	defer r.flushersDone.Done()
+	for range r.flushJobs {
+		r.flushAcks()
 	}
 }
 
@@ -641,11 +673,19 @@ func (r *Receiver) Close(ctx context.Context) error {
 	r.ready = nil
 	r.pollMu.Unlock()
 	r.handBack(ctx, unsent)
+	// From here on an acknowledgement (of a delivery still being handled)
+	// is flushed on a goroutine of its own; the flushers finish the
+	// flushes already asked for and end.
+	r.ackMu.Lock()
+	r.flushShut = true
+	close(r.flushJobs)
+	r.ackMu.Unlock()
 	for {
 		r.ackMu.Lock()
 		idle := r.flushers == 0
 		r.ackMu.Unlock()
 		if idle {
+			r.flushersDone.Wait() // they have nothing left to run
 			return nil
 		}
 		select {

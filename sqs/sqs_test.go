@@ -561,9 +561,71 @@ func TestCloseEndsPollers(t *testing.T) {
 	}
 }
 
-// pollers counts the goroutines running (*Receiver).poller.
-func pollers() int {
+// Deletes run on long-lived flushers (at most maxFlushers); Close ends every
+// one of them, and an acknowledgement after Close (a handler finishing
+// late) is still sent, on a goroutine of its own.
+func TestCloseEndsFlushers(t *testing.T) {
+	api := client(t)
+	q := newQueue(t, false)
+	const n = 30
+	msgs := make([]*driver.Message, n)
+	for i := range msgs {
+		msgs[i] = drivertest.EncodedMessage(t, testURN, q, map[string]int{"i": i})
+	}
+	if err := NewSender(api).Send(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	before := goroutines("sqs.(*Receiver).flusher(") // other tests' receivers never closed
+	r := NewReceiver(api, q, WithWaitTime(time.Second))
+	var held []*driver.Delivery
+	deadline := time.Now().Add(10 * time.Second)
+	for len(held) < n && time.Now().Before(deadline) {
+		ds, err := r.Receive(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ds...)
+	}
+	if len(held) != n {
+		t.Fatalf("received %d of %d", len(held), n)
+	}
+	late := held[n-5:]
+	var wg sync.WaitGroup
+	for _, d := range held[:n-5] {
+		wg.Add(1)
+		r.AckAsync(context.Background(), d, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if goroutines("sqs.(*Receiver).flusher(")-before == 0 {
+		t.Fatal("no flusher running after 25 acknowledgements")
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if k := goroutines("sqs.(*Receiver).flusher(") - before; k != 0 {
+		t.Fatalf("%d flushers still running after Close", k)
+	}
+	for _, d := range late {
+		if err := r.Ack(context.Background(), d); err != nil {
+			t.Fatalf("Ack after Close: %v", err)
+		}
+	}
+	if got := queueCounts(t, q); got != "0 visible, 0 in flight" {
+		t.Fatalf("after every acknowledgement the queue holds %s", got)
+	}
+}
+
+// goroutines counts the goroutines whose stacks show fn.
+func goroutines(fn string) int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "sqs.(*Receiver).poller(")
+	return strings.Count(string(buf), fn)
 }
+
+// pollers counts the goroutines running (*Receiver).poller.
+func pollers() int { return goroutines("sqs.(*Receiver).poller(") }
