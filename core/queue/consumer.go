@@ -92,6 +92,7 @@ type Consumer struct {
 
 	decoder *core.Decoder
 	settles settleContexts
+	measure bool // metrics are not NopMetrics: handler runs are timed
 	running atomic.Bool
 
 	asyncAcker driver.AsyncAcker // rcv, when it acknowledges asynchronously
@@ -255,6 +256,9 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 	if c.batch == 0 {
 		c.batch = cmp.Or(c.caps.Batch, defaultBatch)
 	}
+	_, nop := c.metrics.(NopMetrics)
+	c.measure = !nop
+	c.settles.epoch = time.Now()
 	if c.onError == nil {
 		c.onError = func(err error) { c.logger.Error("babelqueue consumer", slog.Any("error", err)) }
 	}

@@ -57,21 +57,23 @@ func (c *Consumer) giveBack(d *driver.Delivery, m *Message) bool {
 // settleCtx bounds one settlement (ack, release, copy publish). Settlements
 // share a context, renewed when less than half the timeout is left, so that
 // each gets between half the settle timeout and all of it without a context
-// and a timer per message; the context in use is read without a lock.
+// and a timer per message; the context in use is read without a lock, and
+// its age from the monotonic clock alone.
 func (c *Consumer) settleCtx() (context.Context, context.CancelFunc) {
 	s := &c.settles
-	now := time.Now()
-	if w := s.cur.Load(); w != nil && w.deadline.Sub(now) >= c.settleTimeout/2 {
+	now := time.Since(s.epoch)
+	if w := s.cur.Load(); w != nil && w.deadline-now >= c.settleTimeout/2 {
 		return w.ctx, noCancel
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.cur.Load()
-	if w == nil || w.deadline.Sub(now) < c.settleTimeout/2 {
+	if w == nil || w.deadline-now < c.settleTimeout/2 {
 		// The context it replaces expires on its own: settlements may
-		// still be using it.
-		w = &settleWindow{deadline: now.Add(c.settleTimeout)}
-		w.ctx, w.cancel = context.WithDeadline(context.Background(), w.deadline)
+		// still be using it. Its deadline is set after now is read, so
+		// the window's is never later than the context's.
+		w = &settleWindow{deadline: now + c.settleTimeout}
+		w.ctx, w.cancel = context.WithTimeout(context.Background(), c.settleTimeout)
 		s.cur.Store(w)
 	}
 	return w.ctx, noCancel
@@ -81,15 +83,16 @@ func noCancel() {}
 
 // settleContexts is the shared context of settleCtx.
 type settleContexts struct {
-	mu  sync.Mutex // renews cur
-	cur atomic.Pointer[settleWindow]
+	epoch time.Time  // the consumer's creation: deadlines are measured from it
+	mu    sync.Mutex // renews cur
+	cur   atomic.Pointer[settleWindow]
 }
 
 // settleWindow is a shared settlement context and its deadline.
 type settleWindow struct {
 	ctx      context.Context
 	cancel   context.CancelFunc // unused: it expires on its own
-	deadline time.Time
+	deadline time.Duration      // since settleContexts.epoch
 }
 
 // nextAttempt is attempts + 1, saturating at the largest int.
@@ -128,7 +131,7 @@ func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc,
 		// The shutdown deadline cut the handler short: not its fault, so
 		// no attempt is spent.
 		c.giveBack(d, m)
-		c.metrics.Handled(d.Queue, env.URN, OutcomeReleased, time.Since(start))
+		c.handled(d.Queue, env.URN, OutcomeReleased, start)
 	case errors.Is(err, ErrSkip):
 		c.ack(m, OutcomeSkipped, start)
 	default:
@@ -183,7 +186,7 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 	if c.retryNative && c.caps.NativeRetry {
 		if c.release(d, delay, m) {
 			c.metrics.Retried(d.Queue, env.URN, next)
-			c.metrics.Handled(d.Queue, env.URN, OutcomeRetried, time.Since(start))
+			c.handled(d.Queue, env.URN, OutcomeRetried, start)
 		}
 		return
 	}
@@ -368,7 +371,7 @@ func (c *Consumer) deadLetterNatively(m *Message, dl core.DeadLetter, releaseDel
 		return true
 	}
 	c.metrics.DeadLettered(d.Queue, urn, dl.Reason)
-	c.metrics.Handled(d.Queue, urn, OutcomeDeadLettered, time.Since(start))
+	c.handled(d.Queue, urn, OutcomeDeadLettered, start)
 	return true
 }
 
@@ -392,7 +395,7 @@ func (c *Consumer) acked(m *Message, outcome Outcome, start time.Time, err error
 	if err != nil {
 		c.report(&SettleError{Op: "ack", Queue: m.Queue, URN: urn, MessageID: id, Err: err})
 	}
-	c.metrics.Handled(m.Queue, urn, outcome, time.Since(start))
+	c.handled(m.Queue, urn, outcome, start)
 }
 
 // release hands d back; m may be nil. It reports whether it succeeded.
@@ -406,6 +409,14 @@ func (c *Consumer) release(d *driver.Delivery, delay time.Duration, m *Message) 
 		return false
 	}
 	return true
+}
+
+// handled records a handler run that started at start, unless the metrics
+// are NopMetrics: then the clock is not read for it.
+func (c *Consumer) handled(queue, urn string, outcome Outcome, start time.Time) {
+	if c.measure {
+		c.metrics.Handled(queue, urn, outcome, time.Since(start))
+	}
 }
 
 func (c *Consumer) report(err *SettleError) {

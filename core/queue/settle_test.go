@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -369,6 +370,45 @@ func TestSettleTimeoutBoundsAHungAck(t *testing.T) {
 	for range 3 {
 		if d := <-rcv.waited; d < 190*time.Millisecond || d > 2*time.Second {
 			t.Errorf("a hung ack was cut off after %v; want between 200ms and 400ms", d)
+		}
+	}
+}
+
+// latencies records the latency of every handler run.
+type latencies struct {
+	queue.NopMetrics
+	mu  sync.Mutex
+	got []time.Duration
+}
+
+func (l *latencies) Handled(_, _ string, _ queue.Outcome, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, d)
+}
+
+func (l *latencies) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.got)
+}
+
+// A Metrics that embeds NopMetrics is still given each handler run's
+// latency (the consumer skips the clock only for NopMetrics itself).
+func TestHandledLatencyWithEmbeddedNopMetrics(t *testing.T) {
+	b := memqueueWith(t, 2)
+	m := &latencies{}
+	c := queue.NewConsumer(b.Receiver("q"), b.Sender(), queue.WithMetrics(m))
+	c.Handle(urn, func(context.Context, *queue.Message) error {
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err := run(t, c, func() bool { return m.count() == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.got {
+		if d < 20*time.Millisecond {
+			t.Errorf("a 20ms handler run recorded as %v", d)
 		}
 	}
 }
