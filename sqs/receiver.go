@@ -443,8 +443,9 @@ func (r *Receiver) AckAsync(ctx context.Context, d *driver.Delivery, done func(e
 	}})
 }
 
-// enqueueAck queues req and starts a flusher when none runs, or when a
-// whole batch waits and fewer than maxFlushers run.
+// enqueueAck queues req and asks for a flush when none runs, or when a
+// whole batch waits and fewer than maxFlushers run; a flusher is started
+// when none is free to take it.
 func (r *Receiver) enqueueAck(req *ackReq) {
 	r.ackMu.Lock()
 	r.ackQueue = append(r.ackQueue, req)
@@ -452,10 +453,9 @@ func (r *Receiver) enqueueAck(req *ackReq) {
 	spawn, own := false, false
 	if start {
 		r.flushers++
-		switch {
-		case r.flushShut:
+		if r.flushShut {
 			own = true
-		default:
+		} else {
 			if r.flusherGs < r.flushers {
 				r.flusherGs++
 				r.flushersDone.Add(1)
