@@ -62,18 +62,12 @@ type Receiver struct {
 	outstanding map[*token]struct{}
 	closed      bool
 
-	ackMu    sync.Mutex
-	ackQueue []*ackReq
-	flushers int           // flushes of ackQueue asked for and not finished, at most maxFlushers
-	ackSlots chan struct{} // bounds asynchronous acknowledgements in flight
-	// A flush runs on one of flusherGs long-lived goroutines (at most
-	// maxFlushers, started as needed, ended by Close), for the reason the
-	// polls do: a fresh goroutine's stack grows through the SDK's
-	// middleware on every DeleteMessageBatch.
-	flushJobs    chan struct{} // a flush asked for; never holds more than maxFlushers
-	flusherGs    int
-	flushShut    bool // Close closed flushJobs: a flush runs on a goroutine of its own
-	flushersDone sync.WaitGroup
+	ackMu     sync.Mutex
+	ackQueue  []*ackReq
+	flushers  int                // flushes of ackQueue asked for and not finished, at most maxFlushers
+	ackSlots  chan struct{}      // bounds asynchronous acknowledgements in flight
+	flushes   *workers[struct{}] // run the flushes (at most maxFlushers), until Close
+	flushShut bool               // Close closed flushes: a flush runs on a goroutine of its own
 
 	// Long polls run in the background (see Receive): what they bring
 	// waits in ready for the next Receive.
@@ -88,13 +82,7 @@ type Receiver struct {
 	pollNotify chan struct{}      // a poll finished
 	pollCtx    context.Context    // the polls'; cancelled rescueGrace into Close
 	pollStop   context.CancelFunc
-	// A poll runs on one of pollers long-lived goroutines (at most
-	// maxPolls, started as needed, ended by Close), not on a goroutine of
-	// its own: a fresh goroutine's stack grows, copied frame by frame,
-	// through the SDK's middleware on every call.
-	pollJobs    chan pollJob // never holds more than maxPolls
-	pollers     int
-	pollersDone sync.WaitGroup // the pollers: done once Close closed pollJobs and every poll asked for ran
+	polls      *workers[pollJob] // run the polls (at most maxPolls), until Close
 
 	stop chan struct{}
 	done chan struct{}
@@ -146,7 +134,7 @@ func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receive
 		api: api, queue: queue, cfg: cfg, urls: &resolver{api: api, prefix: cfg.urlPrefix}, log: cfg.logger,
 		outstanding: map[*token]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 		ackSlots: make(chan struct{}, maxAsyncAcks), pollNotify: make(chan struct{}, 1),
-		pollJobs: make(chan pollJob, maxPolls), flushJobs: make(chan struct{}, maxFlushers),
+		polls: newWorkers[pollJob](maxPolls), flushes: newWorkers[struct{}](maxFlushers),
 	}
 	r.pollCtx, r.pollStop = context.WithCancel(context.Background())
 	go r.heartbeatLoop()
@@ -269,13 +257,7 @@ func (r *Receiver) Receive(ctx context.Context, limit int) ([]*driver.Delivery, 
 func (r *Receiver) startPollsLocked(url string, limit, want int) {
 	for !r.pollsShut && r.polling < want {
 		r.polling++
-		if r.pollers < r.polling {
-			r.pollers++
-			r.pollersDone.Add(1)
-			go r.poller()
-		}
-		// Never blocks: no more than maxPolls, its capacity, are polling.
-		r.pollJobs <- pollJob{url: url, n: int32(min(limit, MaxBatch))}
+		r.polls.add(pollJob{url: url, n: int32(min(limit, MaxBatch))}, r.polling, r.poller)
 	}
 }
 
@@ -285,13 +267,8 @@ type pollJob struct {
 	n   int32
 }
 
-// poller runs polls until Close closes pollJobs.
-func (r *Receiver) poller() {
-	defer r.pollersDone.Done()
-	for j := range r.pollJobs {
-		r.poll(j.url, j.n)
-	}
-}
+// poller runs polls until Close ends them.
+func (r *Receiver) poller() { r.polls.serve(func(j pollJob) { r.poll(j.url, j.n) }) }
 
 // maxPolls bounds the ReceiveMessage calls one Receive runs at once.
 const maxPolls = 10
@@ -450,37 +427,23 @@ func (r *Receiver) enqueueAck(req *ackReq) {
 	r.ackMu.Lock()
 	r.ackQueue = append(r.ackQueue, req)
 	start := r.flushers == 0 || (len(r.ackQueue) >= MaxBatch && r.flushers < maxFlushers)
-	spawn, own := false, false
+	own := false
 	if start {
 		r.flushers++
 		if r.flushShut {
 			own = true
 		} else {
-			if r.flusherGs < r.flushers {
-				r.flusherGs++
-				r.flushersDone.Add(1)
-				spawn = true
-			}
-			// Never blocks: no more than maxFlushers, its capacity, are asked for.
-			r.flushJobs <- struct{}{}
+			r.flushes.add(struct{}{}, r.flushers, r.flusher)
 		}
 	}
 	r.ackMu.Unlock()
-	if spawn {
-		go r.flusher()
-	}
 	if own {
 		go r.flushAcks()
 	}
 }
 
-// flusher runs the flushes asked for until Close closes flushJobs.
-func (r *Receiver) flusher() {
-	defer r.flushersDone.Done()
-	for range r.flushJobs {
-		r.flushAcks()
-	}
-}
+// flusher runs the flushes asked for until Close ends them.
+func (r *Receiver) flusher() { r.flushes.serve(func(struct{}) { r.flushAcks() }) }
 
 // flushAcks sends queued acknowledgements until none are left; whatever
 // queues up while a request is in flight goes in the next batch.
@@ -646,7 +609,7 @@ func (r *Receiver) Close(ctx context.Context) error {
 	close(r.stop)
 	<-r.done
 	// No poll starts once Close waits for them (a Receive running
-	// concurrently would otherwise add to the WaitGroup being waited on,
+	// concurrently would otherwise add a poll to the workers being closed,
 	// and take messages nobody hands back); a Receive waiting for a poll
 	// is woken to return ErrClosed.
 	r.pollMu.Lock()
@@ -654,13 +617,13 @@ func (r *Receiver) Close(ctx context.Context) error {
 	r.pollMu.Unlock()
 	// No poll is asked for once pollsShut is set: the pollers run the
 	// polls already asked for and end.
-	close(r.pollJobs)
+	r.polls.close()
 	select {
 	case r.pollNotify <- struct{}{}:
 	default:
 	}
 	polled := make(chan struct{})
-	go func() { r.pollersDone.Wait(); close(polled) }()
+	go func() { r.polls.wait(); close(polled) }()
 	select {
 	case <-polled:
 	case <-time.After(rescueGrace):
@@ -678,14 +641,14 @@ func (r *Receiver) Close(ctx context.Context) error {
 	// flushes already asked for and end.
 	r.ackMu.Lock()
 	r.flushShut = true
-	close(r.flushJobs)
+	r.flushes.close()
 	r.ackMu.Unlock()
 	for {
 		r.ackMu.Lock()
 		idle := r.flushers == 0
 		r.ackMu.Unlock()
 		if idle {
-			r.flushersDone.Wait() // they have nothing left to run
+			r.flushes.wait() // they have nothing left to run
 			return nil
 		}
 		select {
