@@ -221,7 +221,10 @@ type Returner interface {
 // with what Ack would have returned. AckAsync blocks only while the
 // receiver has too many acknowledgements in flight, or until ctx is done
 // (done is then called with ctx's error). The consumer waits for every done
-// before Run returns.
+// before Run returns. While an acknowledgement waits, the receiver should
+// keep only what the acknowledgement needs (a receipt handle), not d: the
+// consumer keeps nothing of the message either, so a queue of waiting
+// acknowledgements costs a few bytes each, not a message body each.
 type AsyncAcker interface {
 	AckAsync(ctx context.Context, d *Delivery, done func(error))
 }

@@ -305,6 +305,93 @@ func (d *asyncDriver) AckAsync(_ context.Context, del *driver.Delivery, done fun
 	})
 }
 
+// holdingAcker receives n fresh deliveries, one a call, keeping none of
+// them, and holds every asynchronous acknowledgement undone until release,
+// as a receiver whose deletes fall behind does. freed counts the
+// deliveries the garbage collector has reclaimed.
+type holdingAcker struct {
+	scriptDriver
+	left  atomic.Int64
+	freed atomic.Int64
+	mu2   sync.Mutex
+	held  []func(error)
+}
+
+func (d *holdingAcker) Receive(ctx context.Context, _ int) ([]*driver.Delivery, error) {
+	if d.left.Add(-1) < 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	e, _ := core.New("urn:babel:orders:created", map[string]any{"pad": strings.Repeat("x", 4096)}, core.WithQueue("orders"))
+	body, _ := e.Encode()
+	del := &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}}
+	runtime.AddCleanup(del, func(f *atomic.Int64) { f.Add(1) }, &d.freed)
+	return []*driver.Delivery{del}, nil
+}
+
+func (d *holdingAcker) AckAsync(_ context.Context, _ *driver.Delivery, done func(error)) {
+	d.mu2.Lock()
+	d.held = append(d.held, done)
+	d.mu2.Unlock()
+}
+
+func (d *holdingAcker) release() int {
+	d.mu2.Lock()
+	held := d.held
+	d.held = nil
+	d.mu2.Unlock()
+	for _, done := range held {
+		done(nil)
+	}
+	return len(held)
+}
+
+// TestQueuedAckHoldsNoMessage: an acknowledgement handed to AckAsync and
+// not yet done keeps neither its delivery nor its message alive, so that
+// acknowledgements queued behind a slow delete cost a few names each, not a
+// message body each; and Run still waits for all of them.
+func TestQueuedAckHoldsNoMessage(t *testing.T) {
+	const n = 50
+	d := &holdingAcker{}
+	d.left.Store(n)
+	var handled atomic.Int64
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(1),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error {
+		handled.Add(1)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); handled.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d of %d", handled.Load(), n)
+		}
+	}
+	// Every acknowledgement is still held: the deliveries they came from
+	// must be garbage all the same (all but the last few, which the
+	// consumer's loop may still have on its stack).
+	for deadline := time.Now().Add(5 * time.Second); d.freed.Load() < n-2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		runtime.GC()
+	}
+	if freed := d.freed.Load(); freed < n-2 {
+		t.Errorf("%d of %d deliveries freed while their acknowledgements were queued, want at least %d", freed, n, n-2)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned %v with %d acknowledgements not done", err, n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if got := d.release(); got != n {
+		t.Errorf("%d acknowledgements held, want %d", got, n)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAsyncAcks: with a receiver that acknowledges asynchronously, one
 // handler goes on to the next message without waiting for the round trip,
 // Run returns only once every acknowledgement is done, and a failed one is

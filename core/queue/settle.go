@@ -378,24 +378,28 @@ func (c *Consumer) deadLetterNatively(m *Message, dl core.DeadLetter, releaseDel
 func (c *Consumer) ack(m *Message, outcome Outcome, start time.Time) {
 	ctx, cancel := c.settleCtx()
 	defer cancel()
+	urn, id := urnOf(m)
 	if c.asyncAcker != nil {
+		// The callback holds the names acked reports, not m: an
+		// acknowledgement waiting for its batch must not keep the message,
+		// its delivery and the driver's native copy of it alive.
+		queue := m.Queue
 		c.acks.Add(1)
 		c.asyncAcker.AckAsync(ctx, m.Delivery, func(err error) {
 			defer c.acks.Done()
-			c.acked(m, outcome, start, err)
+			c.acked(queue, urn, id, outcome, start, err)
 		})
 		return
 	}
-	c.acked(m, outcome, start, c.rcv.Ack(ctx, m.Delivery))
+	c.acked(m.Queue, urn, id, outcome, start, c.rcv.Ack(ctx, m.Delivery))
 }
 
-// acked records the result of m's acknowledgement.
-func (c *Consumer) acked(m *Message, outcome Outcome, start time.Time, err error) {
-	urn, id := urnOf(m)
+// acked records the result of the acknowledgement of message id.
+func (c *Consumer) acked(queue, urn, id string, outcome Outcome, start time.Time, err error) {
 	if err != nil {
-		c.report(&SettleError{Op: "ack", Queue: m.Queue, URN: urn, MessageID: id, Err: err})
+		c.report(&SettleError{Op: "ack", Queue: queue, URN: urn, MessageID: id, Err: err})
 	}
-	c.handled(m.Queue, urn, outcome, start)
+	c.handled(queue, urn, outcome, start)
 }
 
 // release hands d back; m may be nil. It reports whether it succeeded.
