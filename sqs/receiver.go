@@ -105,9 +105,12 @@ func (t *token) As(target any) bool {
 	return ok
 }
 
+// ackReq is one acknowledgement waiting for its DeleteMessageBatch. It
+// holds the receipt handle alone, not the token: a queued acknowledgement
+// must not keep its message (the body and the SDK's copy of it) alive.
 type ackReq struct {
-	tok  *token
-	done func(error) // called once with the delete's result
+	handle string
+	done   func(error) // called once with the delete's result
 }
 
 // maxFlushers bounds the DeleteMessageBatch requests in flight at once, and
@@ -389,7 +392,7 @@ func (r *Receiver) Ack(ctx context.Context, d *driver.Delivery) error {
 		return err
 	}
 	done := make(chan error, 1)
-	r.enqueueAck(&ackReq{tok: tok, done: func(err error) { done <- err }})
+	r.enqueueAck(&ackReq{handle: tok.handle, done: func(err error) { done <- err }})
 	select {
 	case err := <-done:
 		return err
@@ -414,7 +417,7 @@ func (r *Receiver) AckAsync(ctx context.Context, d *driver.Delivery, done func(e
 		done(ctx.Err())
 		return
 	}
-	r.enqueueAck(&ackReq{tok: tok, done: func(err error) {
+	r.enqueueAck(&ackReq{handle: tok.handle, done: func(err error) {
 		<-r.ackSlots
 		done(err)
 	}})
@@ -470,7 +473,7 @@ func (r *Receiver) deleteBatch(batch []*ackReq) {
 	if err == nil {
 		in := &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(u)}
 		for i, a := range batch {
-			in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(a.tok.handle)})
+			in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(a.handle)})
 		}
 		var out *awssqs.DeleteMessageBatchOutput
 		out, err = r.api.DeleteMessageBatch(ctx, in)

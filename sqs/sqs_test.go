@@ -620,6 +620,67 @@ func TestCloseEndsFlushers(t *testing.T) {
 	}
 }
 
+// gatedDeletes holds every DeleteMessageBatch until open is closed.
+type gatedDeletes struct {
+	*awssqs.Client
+	open chan struct{}
+}
+
+func (g *gatedDeletes) DeleteMessageBatch(ctx context.Context, in *awssqs.DeleteMessageBatchInput, o ...func(*awssqs.Options)) (*awssqs.DeleteMessageBatchOutput, error) {
+	<-g.open
+	return g.Client.DeleteMessageBatch(ctx, in, o...)
+}
+
+// TestQueuedAckHoldsNoMessage: acknowledgements queued behind deletes that
+// do not answer keep their receipt handles alone, not the deliveries (the
+// body, the headers and the SDK's message), which the garbage collector
+// reclaims meanwhile; and every one is still deleted once the deletes go
+// through.
+func TestQueuedAckHoldsNoMessage(t *testing.T) {
+	api := &gatedDeletes{Client: client(t), open: make(chan struct{})}
+	q := newQueue(t, false)
+	const n = 30
+	msgs := make([]*driver.Message, n)
+	for i := range msgs {
+		msgs[i] = drivertest.EncodedMessage(t, testURN, q, map[string]string{"pad": strings.Repeat("x", 4096)})
+	}
+	if err := NewSender(api).Send(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReceiver(api, q, WithWaitTime(time.Second))
+	defer r.Close(context.Background())
+	var freed atomic.Int32
+	var wg sync.WaitGroup
+	for got := 0; got < n; {
+		ds, err := r.Receive(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			runtime.AddCleanup(d, func(f *atomic.Int32) { f.Add(1) }, &freed)
+			wg.Add(1)
+			r.AckAsync(context.Background(), d, func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				wg.Done()
+			})
+		}
+		got += len(ds)
+	}
+	for deadline := time.Now().Add(5 * time.Second); freed.Load() < n && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		runtime.GC()
+	}
+	if k := freed.Load(); k < n {
+		t.Errorf("%d of %d deliveries freed while their deletes were held, want all", k, n)
+	}
+	close(api.open)
+	wg.Wait()
+	if got := queueCounts(t, q); got != "0 visible, 0 in flight" {
+		t.Fatalf("after every acknowledgement the queue holds %s", got)
+	}
+}
+
 // goroutines counts the goroutines whose stacks show fn.
 func goroutines(fn string) int {
 	buf := make([]byte, 1<<20)
