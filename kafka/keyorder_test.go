@@ -3,12 +3,15 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
 )
@@ -143,6 +146,54 @@ func TestKeyOrderCommitsNothingEarly(t *testing.T) {
 			t.Errorf("record %d lost after the crash", i)
 		}
 	}
+}
+
+// TestSettledBehindUnsettledHoldsNoRecord: records settled while an earlier
+// one of their partition is not (a slow key) keep only their offset in the
+// receiver, so their deliveries are garbage once the consumer lets go of
+// them; the commit still waits for the earlier record, then covers them.
+func TestSettledBehindUnsettledHoldsNoRecord(t *testing.T) {
+	const n = 20
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, n, false)
+	r := newTestReceiver(t, group, []string{topic})
+	defer r.Close(context.Background())
+	var held []*driver.Delivery
+	for deadline := time.Now().Add(30 * time.Second); len(held) < n && time.Now().Before(deadline); {
+		ds, err := r.Receive(context.Background(), n-len(held))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ds...)
+	}
+	if len(held) != n {
+		t.Fatalf("received %d of %d", len(held), n)
+	}
+	first := held[0]
+	var freed atomic.Int32
+	for _, d := range held[1:] {
+		runtime.AddCleanup(d, func(f *atomic.Int32) { f.Add(1) }, &freed)
+		if err := r.Ack(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = nil
+	for deadline := time.Now().Add(5 * time.Second); freed.Load() < n-1 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		runtime.GC()
+	}
+	if k := freed.Load(); k < n-1 {
+		t.Errorf("%d of %d deliveries settled behind an unsettled record were freed, want all", k, n-1)
+	}
+	time.Sleep(600 * time.Millisecond) // commits run every 250ms
+	if got, ok := committed(t, group, topic)[0]; ok && got > 0 {
+		t.Fatalf("committed %d while record 0 is unsettled", got)
+	}
+	if err := r.Ack(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool { return committed(t, group, topic)[0] == n })
 }
 
 // BenchmarkKeyOrderedParallelism: one partition, 64 keys, a 5ms handler;

@@ -86,9 +86,9 @@ type topicPartition struct {
 
 type partState struct {
 	tp          topicPartition
-	key         string  // ordering key handed to the runtime
-	inflight    []*slot // received and not yet committable, by offset
-	commitAt    int64   // next offset to commit
+	key         string // ordering key handed to the runtime
+	inflight    []mark // received and not yet committable, by offset
+	commitAt    int64  // next offset to commit
 	leaderEpoch int32
 	dirty       bool
 	backlog     []*slot        // handed back; delivered again, in offset order, first
@@ -99,9 +99,20 @@ type partState struct {
 	hwm         int64 // high watermark as of the last fetch (-1: none yet)
 }
 
-// slot is one received record of a partition. It stays in the
-// partition's inflight list, holding its offset back from the commit, until
-// it is settled.
+// mark is a received record's place in its partition's inflight list:
+// its offset, held back from the commit until it and every earlier record
+// are settled. A settled record waiting for an earlier one keeps its mark
+// alone (s is nil), not its slot: the record, its value and its delivery
+// are garbage once the runtime lets go of them, however long a slow key
+// holds the commit back.
+type mark struct {
+	off   int64
+	epoch int32
+	s     *slot // nil once settled
+}
+
+// slot is one received record of a partition, in the partition's inflight
+// list until it is settled.
 type slot struct {
 	rec  *kgo.Record
 	part *partState
@@ -498,10 +509,20 @@ func partitionMap(tps []topicPartition) map[string][]int32 {
 // insert adds s in offset order.
 func (st *partState) insert(s *slot) {
 	i := len(st.inflight)
-	for i > 0 && st.inflight[i-1].rec.Offset > s.rec.Offset {
+	for i > 0 && st.inflight[i-1].off > s.rec.Offset {
 		i--
 	}
-	st.inflight = slices.Insert(st.inflight, i, s)
+	st.inflight = slices.Insert(st.inflight, i, mark{off: s.rec.Offset, epoch: s.rec.LeaderEpoch, s: s})
+}
+
+// find returns the index of s's mark in the inflight list, -1 if it has
+// none.
+func (st *partState) find(s *slot) int {
+	i, ok := slices.BinarySearchFunc(st.inflight, s.rec.Offset, func(m mark, off int64) int { return cmp.Compare(m.off, off) })
+	if !ok || st.inflight[i].s != s {
+		return -1
+	}
+	return i
 }
 
 func (r *Receiver) state(tp topicPartition) *partState {
@@ -631,7 +652,7 @@ func (r *Receiver) Lag() map[string]int64 {
 		}
 		first := st.commitAt
 		if first < 0 && len(st.inflight) > 0 {
-			first = st.inflight[0].rec.Offset
+			first = st.inflight[0].off
 		}
 		if first < 0 {
 			continue
@@ -681,10 +702,13 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 	}
 	s.done = true
 	st := s.part
+	if i := st.find(s); i >= 0 {
+		st.inflight[i].s = nil
+	}
 	advanced := false
-	for len(st.inflight) > 0 && st.inflight[0].done {
-		st.commitAt = st.inflight[0].rec.Offset + 1
-		st.leaderEpoch = st.inflight[0].rec.LeaderEpoch
+	for len(st.inflight) > 0 && st.inflight[0].s == nil {
+		st.commitAt = st.inflight[0].off + 1
+		st.leaderEpoch = st.inflight[0].epoch
 		st.inflight = st.inflight[1:]
 		st.dirty, advanced = true, true
 	}
@@ -740,8 +764,9 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 	}
 	st := s.part
 	lane := r.laneKey(s)
-	for _, x := range st.inflight[slices.Index(st.inflight, s):] {
-		if x.held || x.done || x.back || r.laneKey(x) != lane {
+	for _, m := range st.inflight[max(st.find(s), 0):] {
+		x := m.s
+		if x == nil || x.held || x.done || x.back || r.laneKey(x) != lane {
 			continue
 		}
 		x.back = true
@@ -969,13 +994,16 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	r.resume(paused)
 }
 
-// forEachSlotLocked calls fn with every in-flight slot of parts.
+// forEachSlotLocked calls fn with every in-flight slot of parts not yet
+// settled.
 func (r *Receiver) forEachSlotLocked(parts map[string][]int32, fn func(*slot)) {
 	for topic, ps := range parts {
 		for _, p := range ps {
 			if st := r.parts[topicPartition{topic, p}]; st != nil {
-				for _, s := range st.inflight {
-					fn(s)
+				for _, m := range st.inflight {
+					if m.s != nil {
+						fn(m.s)
+					}
 				}
 			}
 		}
