@@ -196,6 +196,68 @@ func TestSettledBehindUnsettledHoldsNoRecord(t *testing.T) {
 	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool { return committed(t, group, topic)[0] == n })
 }
 
+// TestMaxUncommittedPausesFetching: with the first record of a partition
+// unsettled, the Receiver stops fetching the partition once
+// WithMaxUncommitted records are received and not committable, however
+// many after the first are settled; once the first is settled it fetches
+// on, and every record arrives exactly once and is committed.
+func TestMaxUncommittedPausesFetching(t *testing.T) {
+	const n, limit, poll = 300, 50, 10
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, n, false)
+	r := newTestReceiver(t, group, []string{topic}, WithMaxUncommitted(limit), WithPollWait(100*time.Millisecond))
+	defer r.Close(context.Background())
+	seen := map[string]int{}
+	var first *driver.Delivery
+	receive := func() int {
+		ds, err := r.Receive(context.Background(), poll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			seen[d.Position]++
+			if first == nil {
+				first = d
+				continue
+			}
+			if err := r.Ack(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(ds)
+	}
+	// Until three polls in a row bring nothing: fetching has stopped.
+	for deadline, empty := time.Now().Add(30*time.Second), 0; empty < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still receiving after %d records", len(seen))
+		}
+		if receive() == 0 {
+			empty++
+		} else {
+			empty = 0
+		}
+	}
+	if len(seen) < limit || len(seen) > limit+poll {
+		t.Fatalf("fetching stopped after %d records with the first unsettled, want %d to %d", len(seen), limit, limit+poll)
+	}
+	if err := r.Ack(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(seen) < n; receive() {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d after the first was settled", len(seen), n)
+		}
+	}
+	for pos, k := range seen {
+		if k != 1 {
+			t.Errorf("record %s received %d times", pos, k)
+		}
+	}
+	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool { return committed(t, group, topic)[0] == n })
+}
+
 // BenchmarkKeyOrderedParallelism: one partition, 64 keys, a 5ms handler;
 // compare -bench 'KeyOrdered/handlers=1' with 'handlers=8'.
 func BenchmarkKeyOrderedParallelism(b *testing.B) {

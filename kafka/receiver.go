@@ -175,6 +175,7 @@ type receiverConfig struct {
 	revokeTimeout  time.Duration
 	tiers          int
 	maxHeld        int
+	maxUncommitted int
 	createTopics   bool
 	ordering       Ordering
 	partitions     int32
@@ -232,6 +233,26 @@ func WithMaxHeld(n int) ReceiverOption {
 	}
 }
 
+// DefaultMaxUncommitted is how many records of one partition a Receiver
+// holds received and not yet committable unless WithMaxUncommitted says
+// otherwise.
+const DefaultMaxUncommitted = 10000
+
+// WithMaxUncommitted bounds how many records of one partition may be
+// received and not yet committable at once (default DefaultMaxUncommitted):
+// a record is committable once it and every earlier record of its
+// partition are settled. Past it, fetching of the partition pauses until
+// the commit catches up. Under OrderByKey a slow or stuck key holds the
+// commit back while the other keys go on; this bounds how far, and so how
+// much a crash or a rebalance delivers again.
+func WithMaxUncommitted(n int) ReceiverOption {
+	return func(c *receiverConfig) {
+		if n > 0 {
+			c.maxUncommitted = n
+		}
+	}
+}
+
 // WithCreateTopics makes the startup check create missing topics (consumed,
 // dead-letter and tier topics) with the given partitions and replication
 // factor (-1 for the broker's defaults), instead of failing.
@@ -251,7 +272,7 @@ func WithReceiverLogger(l *slog.Logger) ReceiverOption {
 // are not lost.
 func NewReceiver(seeds []string, group string, topics []string, opts ...ReceiverOption) (*Receiver, error) {
 	cfg := receiverConfig{pollWait: 500 * time.Millisecond, commitInterval: 250 * time.Millisecond,
-		revokeTimeout: 10 * time.Second, maxHeld: 1000}
+		revokeTimeout: 10 * time.Second, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -382,6 +403,12 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		}
 		out = append(out, r.delivery(s))
 	})
+	for tp, st := range r.parts {
+		if len(st.inflight) >= r.cfg.maxUncommitted && !st.paused {
+			st.paused = true
+			pause = append(pause, tp)
+		}
+	}
 	more, resume := r.readyLocked(now, max-len(out), out)
 	r.mu.Unlock()
 	// Records are registered: a rebalance may run now, and its revoke
@@ -456,12 +483,19 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 			out = append(out, r.delivery(s))
 			max--
 		}
-		if st.paused && len(st.backlog) == 0 && st.held < r.cfg.maxHeld {
+		if st.paused && r.resumable(st) {
 			st.paused = false
 			resume = append(resume, tp)
 		}
 	}
 	return out, resume
+}
+
+// resumable reports whether nothing keeps st's fetching paused: no record
+// handed back waits, fewer than maxHeld are held for a delay and fewer than
+// maxUncommitted are not yet committable.
+func (r *Receiver) resumable(st *partState) bool {
+	return len(st.backlog) == 0 && st.held < r.cfg.maxHeld && len(st.inflight) < r.cfg.maxUncommitted
 }
 
 // holdLocked keeps s until its delay has passed. r.mu must be held.
@@ -705,7 +739,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 	if i := st.find(s); i >= 0 {
 		st.inflight[i].s = nil
 	}
-	advanced := false
+	advanced, was := false, len(st.inflight)
 	for len(st.inflight) > 0 && st.inflight[0].s == nil {
 		st.commitAt = st.inflight[0].off + 1
 		st.leaderEpoch = st.inflight[0].epoch
@@ -713,6 +747,9 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 		st.dirty, advanced = true, true
 	}
 	if advanced {
+		if was >= r.cfg.maxUncommitted && st.paused && r.resumable(st) {
+			r.wakeLocked() // the commit caught up: the poll in progress ends, the next resumes the partition
+		}
 		r.lastAck = time.Now()
 		if !r.quietArmed {
 			r.quietArmed = true
