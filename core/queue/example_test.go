@@ -47,3 +47,34 @@ func Example() {
 	// order 1042, attempt 0
 	// order 1042, attempt 1
 }
+
+// A handler stuck on a dependency that never answers is cut short by
+// Timeout and retried like any failure, instead of holding its ordering key
+// (and, once that key's later messages fill the consumer, every key).
+func ExampleTimeout() {
+	broker := memqueue.New(memqueue.WithWaitTime(10 * time.Millisecond))
+	ctx, stop := context.WithCancel(context.Background())
+	c := queue.NewConsumer(broker.Receiver("orders"), broker.Sender(),
+		queue.WithMiddleware(queue.Timeout(50*time.Millisecond)),
+		queue.WithBackoff(queue.Constant(time.Millisecond)),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, m *queue.Message) error {
+		if m.Envelope.Attempts == 0 {
+			<-ctx.Done() // a call that honours ctx, on a dependency that never answers
+			fmt.Println("attempt 0:", errors.Is(context.Cause(ctx), queue.ErrHandlerTimeout))
+			return ctx.Err()
+		}
+		fmt.Println("attempt", m.Envelope.Attempts, "handled")
+		stop()
+		return nil
+	})
+	if _, err := queue.NewPublisher(broker.Sender()).Publish(ctx, "orders", "urn:babel:orders:created", nil); err != nil {
+		panic(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// attempt 0: true
+	// attempt 1 handled
+}

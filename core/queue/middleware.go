@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -22,6 +24,33 @@ func Logging(l *slog.Logger) Middleware {
 				l.LogAttrs(ctx, slog.LevelWarn, "babelqueue: handler failed", append(attrs, slog.Any("error", err))...)
 			} else {
 				l.LogAttrs(ctx, slog.LevelDebug, "babelqueue: handled", attrs...)
+			}
+			return err
+		}
+	}
+}
+
+// ErrHandlerTimeout is in the error of a handler that Timeout cut short.
+var ErrHandlerTimeout = errors.New("babelqueue: handler timed out")
+
+// Timeout cancels each handler's context d after the handler starts. A
+// handler that honours its context then returns, and its error, which
+// wraps ErrHandlerTimeout, retries or dead-letters the message as any
+// failure does; the attempt counts. A handler that ignores its context runs
+// on: Go cannot stop it.
+//
+// With key-ordered parallelism (Kafka's default) a handler that never
+// returns holds its key's later messages, and once they fill what the
+// consumer holds received (twice its batch size), every other key waits
+// too; Timeout turns such a handler into a failure instead.
+func Timeout(d time.Duration) Middleware {
+	return func(next HandlerFunc) HandlerFunc {
+		return func(ctx context.Context, m *Message) error {
+			ctx, cancel := context.WithTimeoutCause(ctx, d, ErrHandlerTimeout)
+			defer cancel()
+			err := next(ctx, m)
+			if err != nil && context.Cause(ctx) == ErrHandlerTimeout && !errors.Is(err, ErrHandlerTimeout) {
+				err = fmt.Errorf("%w after %v: %w", ErrHandlerTimeout, d, err)
 			}
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +146,48 @@ func TestReplayMarker(t *testing.T) {
 	}
 	if queue.IsReplay(message(t)) {
 		t.Fatal("an ordinary message reads as a replay")
+	}
+}
+
+// TestTimeoutMiddleware: Timeout cancels the handler's context after d and
+// marks the error of a handler it cut short with ErrHandlerTimeout; it
+// leaves alone a handler that finished in time and one whose context was
+// cancelled from outside (a shutdown).
+func TestTimeoutMiddleware(t *testing.T) {
+	hang := func(ctx context.Context, _ *queue.Message) error { <-ctx.Done(); return ctx.Err() }
+	start := time.Now()
+	err := queue.Chain(hang, queue.Timeout(20*time.Millisecond))(context.Background(), message(t))
+	if !errors.Is(err, queue.ErrHandlerTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cut short: %v, want ErrHandlerTimeout wrapping context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Errorf("cut short after %v, before the timeout", took)
+	}
+	quick := func(context.Context, *queue.Message) error { return errBoom }
+	if err := queue.Chain(quick, queue.Timeout(time.Hour))(context.Background(), message(t)); err != errBoom {
+		t.Errorf("in time: %v, want errBoom unchanged", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(5*time.Millisecond, cancel)
+	if err := queue.Chain(hang, queue.Timeout(time.Hour))(ctx, message(t)); errors.Is(err, queue.ErrHandlerTimeout) || !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled from outside: %v, want context.Canceled alone", err)
+	}
+}
+
+// TestTimeoutDeadLettersHungHandler: a handler that waits on its context
+// forever is cut short by Timeout on every attempt, and the message is
+// dead-lettered once its attempts are spent, with the timeout as the error.
+func TestTimeoutDeadLettersHungHandler(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	e.publish(t, nil)
+	var runs atomic.Int32
+	c := e.consumer(queue.WithMaxAttempts(2), queue.WithDeadLetter("parking"), queue.WithMiddleware(queue.Timeout(20*time.Millisecond)))
+	c.Handle(urn, func(ctx context.Context, _ *queue.Message) error { runs.Add(1); <-ctx.Done(); return ctx.Err() })
+	if err := run(t, c, func() bool { return e.b.Len("parking") == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := core.Decode(e.b.Bodies("parking")[0])
+	if err != nil || runs.Load() != 2 || dead.DeadLetter.Attempts != 2 || !strings.Contains(dead.DeadLetter.Error, "handler timed out") {
+		t.Fatalf("runs=%d dead_letter=%+v err=%v", runs.Load(), dead.DeadLetter, err)
 	}
 }
