@@ -39,10 +39,11 @@ var ErrHandlerTimeout = errors.New("babelqueue: handler timed out")
 // failure does; the attempt counts. A handler that ignores its context runs
 // on: Go cannot stop it.
 //
-// With key-ordered parallelism (Kafka's default) a handler that never
-// returns holds its key's later messages, and once they fill what the
+// With key-ordered parallelism (Kafka's default) a handler stuck on a
+// dependency holds its key's later messages, and once they fill what the
 // consumer holds received (twice its batch size), every other key waits
-// too; Timeout turns such a handler into a failure instead.
+// too; with Timeout, a stuck handler that honours its context fails
+// instead.
 func Timeout(d time.Duration) Middleware {
 	return func(next HandlerFunc) HandlerFunc {
 		return func(ctx context.Context, m *Message) error {
