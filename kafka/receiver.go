@@ -386,29 +386,25 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		st := r.state(tp)
 		s := &slot{rec: rec, part: st}
 		st.insert(s)
-		if len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0) {
+		due, delayed := heldUntil(rec)
+		switch {
+		case len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0):
 			k := r.laneKey(s)
 			s.back = true // behind what its lane handed back
 			st.backlog = append(st.backlog, s)
 			st.backKeys[k]++
-			return
-		}
-		if due, ok := heldUntil(rec); ok && due.After(now) {
+		case delayed && due.After(now):
 			r.holdLocked(s, due.Sub(now))
-			if st.held >= r.cfg.maxHeld && !st.paused {
-				st.paused = true
-				pause = append(pause, tp)
-			}
-			return
+		default:
+			out = append(out, r.delivery(s))
 		}
-		out = append(out, r.delivery(s))
-	})
-	for tp, st := range r.parts {
-		if len(st.inflight) >= r.cfg.maxUncommitted && !st.paused {
+		// Too many held for their delay, or not yet committable: fetching
+		// of the partition pauses until readyLocked finds it resumable.
+		if !st.paused && !r.resumable(st) {
 			st.paused = true
 			pause = append(pause, tp)
 		}
-	}
+	})
 	more, resume := r.readyLocked(now, max-len(out), out)
 	r.mu.Unlock()
 	// Records are registered: a rebalance may run now, and its revoke

@@ -107,12 +107,12 @@ func nextAttempt(n int) int {
 // its worker took it.
 func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc, d *driver.Delivery, start time.Time) {
 	if d.Gate != nil {
-		c.poison(d, d.Gate)
+		c.poison(d, d.Gate, start)
 		return
 	}
 	env, err := c.decoder.Decode(d.Body)
 	if err != nil {
-		c.poison(d, err)
+		c.poison(d, err, start)
 		return
 	}
 	env.Attempts = d.Native.Reconcile(env.Attempts)
@@ -120,7 +120,7 @@ func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc,
 
 	h, ok := handlers[env.URN]
 	if !ok {
-		c.unknownURN(m, handlers)
+		c.unknownURN(m, handlers, start)
 		return
 	}
 	err = callSafely(ctx, h, m)
@@ -139,8 +139,7 @@ func (c *Consumer) process(ctx context.Context, handlers map[string]HandlerFunc,
 	}
 }
 
-func (c *Consumer) unknownURN(m *Message, handlers map[string]HandlerFunc) {
-	start := time.Now()
+func (c *Consumer) unknownURN(m *Message, handlers map[string]HandlerFunc, start time.Time) {
 	err := &UnknownURNError{URN: m.Envelope.URN, Nearest: nearestURNs(m.Envelope.URN, handlers, 3)}
 	switch c.unknown {
 	case UnknownDelete:
@@ -258,8 +257,7 @@ func (c *Consumer) toDeadLetter(m *Message, reason core.Reason, herr error, atte
 }
 
 // poison quarantines a delivery that cannot be decoded, keeping its bytes.
-func (c *Consumer) poison(d *driver.Delivery, cause error) {
-	start := time.Now()
+func (c *Consumer) poison(d *driver.Delivery, cause error, start time.Time) {
 	dl := core.NewDeadLetter(core.ReasonPoison, cause, d.Queue, d.Native.Reconcile(0), c.now())
 	m := &Message{Queue: d.Queue, Headers: d.Headers, Delivery: d}
 	if c.deadLetterNatively(m, dl, c.backoff.Delay(1), start) {
