@@ -148,6 +148,67 @@ func TestKeyOrderCommitsNothingEarly(t *testing.T) {
 	}
 }
 
+// TestStuckKeyLeavesOtherKeysRunning: on one partition, while the first
+// record of one key is stuck in its handler, every record of the other keys
+// is handled (its key's records wait in the consumer's backlog, not in the
+// slots the others run on) and nothing at or past the stuck offset is
+// committed; once it is unstuck, each key's records run in order and
+// everything is committed.
+func TestStuckKeyLeavesOtherKeysRunning(t *testing.T) {
+	const n, keys, stuck = 6000, 20, 7 // key k7's 300 records are 3 × the 100 pending slots
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishKeyed(t, snd, topic, n, keys)
+	unstick := make(chan struct{})
+	var mu sync.Mutex
+	order := map[int][]int{}
+	others := 0
+	r := newTestReceiver(t, group, []string{topic})
+	defer r.Close(context.Background())
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+		i := indexOfMessage(t, m)
+		if i == stuck {
+			<-unstick
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		order[i%keys] = append(order[i%keys], i)
+		if i%keys != stuck {
+			others++
+		}
+		return nil
+	}, queue.WithConcurrency(4), queue.WithBatchSize(50))
+	defer func() { _ = stop() }()
+	var once sync.Once
+	release := func() { once.Do(func() { close(unstick) }) }
+	defer release() // before stop, which waits for the handlers
+	want := n - n/keys
+	drivertest.WaitUntil(t, 30*time.Second, "every record of the other keys handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return others == want
+	})
+	time.Sleep(600 * time.Millisecond) // commits run every 250ms
+	if got := committed(t, group, topic)[0]; got > stuck {
+		t.Fatalf("committed %d while record %d is unsettled", got, stuck)
+	}
+	release()
+	drivertest.WaitUntil(t, 60*time.Second, "all committed", func() bool { return committed(t, group, topic)[0] == n })
+	mu.Lock()
+	defer mu.Unlock()
+	for key, l := range order {
+		if len(l) != n/keys {
+			t.Errorf("key k%d: handled %d records, want %d", key, len(l), n/keys)
+		}
+		for j := 1; j < len(l); j++ {
+			if l[j] <= l[j-1] {
+				t.Fatalf("key k%d handled out of order: %v", key, l)
+			}
+		}
+	}
+}
+
 // TestSettledBehindUnsettledHoldsNoRecord: records settled while an earlier
 // one of their partition is not (a slow key) keep only their offset in the
 // receiver, so their deliveries are garbage once the consumer lets go of

@@ -222,9 +222,12 @@ func WithRetryTierTopics(n int) ReceiverOption { return func(c *receiverConfig) 
 // OrderByKey).
 func WithOrdering(o Ordering) ReceiverOption { return func(c *receiverConfig) { c.ordering = o } }
 
-// WithMaxHeld bounds how many delayed records of one partition are held in
-// memory at once (default 1000); past it, fetching of the partition pauses
-// until some are due.
+// WithMaxHeld bounds the records that wait in memory (default 1000): the
+// records of one partition held for a retry delay, past which fetching of
+// the partition pauses until some are due; and, in the consumer, the
+// records of all partitions waiting behind an earlier record of their key
+// (driver.Capabilities.Backlog), past which a waiting record counts against
+// the consumer's pending deliveries (queue.WithBatchSize), as any other.
 func WithMaxHeld(n int) ReceiverOption {
 	return func(c *receiverConfig) {
 		if n > 0 {
@@ -328,9 +331,12 @@ func (r *Receiver) As(target any) bool {
 // count, so retries republish (with bq-delay, which this Receiver honours);
 // Release hands records back for redelivery after the delay. A consumer
 // not given a batch size asks each Receive for up to ReceiveBatch records:
-// fetched records hold nothing on the broker while they wait.
+// fetched records hold nothing on the broker while they wait. For the same
+// reason up to WithMaxHeld records may wait in the consumer behind an
+// earlier record of their key (driver.Capabilities.Backlog) while the other
+// keys go on; WithMaxUncommitted bounds how far a partition runs ahead.
 func (r *Receiver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Delay: true, Batch: ReceiveBatch}
+	return driver.Capabilities{Delay: true, Batch: ReceiveBatch, Backlog: r.cfg.maxHeld}
 }
 
 // ReceiveBatch is the batch size (driver.Capabilities.Batch) a Receiver

@@ -163,6 +163,16 @@ type Capabilities struct {
 	// Receive costs about the same for a hundred as for one asks for
 	// more: Kafka's fetched records.
 	Batch int
+	// Backlog is how many deliveries may wait in the consumer behind an
+	// earlier delivery of their ordering key without holding back the
+	// receive loop, so that a slow or stuck key does not stop the others;
+	// past it they count against the consumer's pending deliveries (twice
+	// its batch size) like any other. 0 allows none. A driver whose
+	// deliveries hold nothing on the broker while they wait (no lock or
+	// lease to run out) and that bounds what it hands out by other means
+	// raises it: Kafka pauses a partition whose commit a stuck key holds
+	// back too far.
+	Backlog int
 }
 
 // Receiver receives and settles messages of one queue or subscription.

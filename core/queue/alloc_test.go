@@ -19,10 +19,10 @@ func TestDispatchAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	for _, c := range []struct{ keys, handlers int }{{0, 1}, {0, 8}, {8, 8}} {
-		r := testing.Benchmark(func(b *testing.B) { benchmarkDispatch(b, c.handlers, c.keys) })
+	for _, c := range []struct{ keys, handlers, backlog int }{{0, 1, 0}, {0, 8, 0}, {8, 8, 0}, {8, 8, 1000}} {
+		r := testing.Benchmark(func(b *testing.B) { benchmarkDispatch(b, c.handlers, c.keys, c.backlog) })
 		if got := r.AllocsPerOp(); got > 3 {
-			t.Errorf("keys=%d handlers=%d: dispatch takes %d allocations a message, want at most 3 (2 of the runtime, 1 of the test driver)", c.keys, c.handlers, got)
+			t.Errorf("keys=%d handlers=%d backlog=%d: dispatch takes %d allocations a message, want at most 3 (2 of the runtime, 1 of the test driver)", c.keys, c.handlers, c.backlog, got)
 		}
 	}
 }

@@ -20,12 +20,15 @@ import (
 // benchmark measures the runtime's dispatch path (gate result, decode,
 // reconcile, route, middleware, handler, ack) and nothing of a broker.
 type benchDriver struct {
-	body  []byte
-	keys  int // ordering keys the deliveries take in turn; 0 for none
-	n     int
-	acked atomic.Int64
-	want  int64
-	done  chan struct{}
+	body []byte
+	keys int // ordering keys the deliveries take in turn; 0 for none
+	// backlog is the deliveries that may wait behind their key
+	// (driver.Capabilities.Backlog).
+	backlog int
+	n       int
+	acked   atomic.Int64
+	want    int64
+	done    chan struct{}
 }
 
 func (d *benchDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
@@ -51,8 +54,10 @@ func (d *benchDriver) Ack(context.Context, *driver.Delivery) error {
 }
 
 func (d *benchDriver) Release(context.Context, *driver.Delivery, time.Duration) error { return nil }
-func (d *benchDriver) Capabilities() driver.Capabilities                              { return driver.Capabilities{} }
-func (d *benchDriver) Send(context.Context, []*driver.Message) error                  { return nil }
+func (d *benchDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Backlog: d.backlog}
+}
+func (d *benchDriver) Send(context.Context, []*driver.Message) error { return nil }
 
 var orderingKeys = func() []string {
 	keys := make([]string, 64)
@@ -62,10 +67,10 @@ var orderingKeys = func() []string {
 	return keys
 }()
 
-func benchmarkDispatch(b *testing.B, concurrency, keys int) {
+func benchmarkDispatch(b *testing.B, concurrency, keys, backlog int) {
 	e, _ := core.New("urn:babel:orders:created", map[string]any{"order_id": 1042}, core.WithQueue("orders"))
 	body, _ := e.Encode()
-	d := &benchDriver{body: body, keys: keys, want: int64(b.N), done: make(chan struct{})}
+	d := &benchDriver{body: body, keys: keys, backlog: backlog, want: int64(b.N), done: make(chan struct{})}
 	c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(64),
 		queue.WithLogger(slog.New(slog.DiscardHandler)))
 	c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error { return nil })
@@ -80,12 +85,16 @@ func benchmarkDispatch(b *testing.B, concurrency, keys int) {
 	<-errc
 }
 
-// BenchmarkDispatch is decode → route → handler → ack per message.
+// BenchmarkDispatch is decode → route → handler → ack per message; with
+// keys, also with a backlog of 1000 (what a Kafka receiver allows).
 func BenchmarkDispatch(b *testing.B) {
 	for _, keys := range []int{0, 8} {
 		for _, handlers := range []int{1, 8} {
-			b.Run(fmt.Sprintf("keys=%d/handlers=%d", keys, handlers), func(b *testing.B) { benchmarkDispatch(b, handlers, keys) })
+			b.Run(fmt.Sprintf("keys=%d/handlers=%d", keys, handlers), func(b *testing.B) { benchmarkDispatch(b, handlers, keys, 0) })
 		}
+	}
+	for _, handlers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("keys=8/backlog=1000/handlers=%d", handlers), func(b *testing.B) { benchmarkDispatch(b, handlers, 8, 1000) })
 	}
 }
 

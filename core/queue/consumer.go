@@ -174,7 +174,8 @@ const defaultBatch = 10
 // WithBatchSize sets how many deliveries one Receive asks for (default: the
 // driver's Capabilities.Batch, 100 for Kafka; otherwise 10). At most twice
 // that many, or twice the concurrency, are received and not yet finished at
-// a time.
+// a time, besides those waiting behind an earlier delivery of their
+// ordering key in the driver's backlog (Capabilities.Backlog).
 func WithBatchSize(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n > 0 {

@@ -16,9 +16,15 @@ import (
 // goroutine per message. A delivery without an ordering key goes to any free
 // worker; a delivery with one joins the lane of its key, whose deliveries
 // run one at a time in receive order, so a key never runs twice at once.
-// pending bounds deliveries received but not finished, which is what stops
-// the receive loop; work holds the deliveries (and lane heads) no worker has
-// taken yet and is never fuller than pending.
+//
+// Every delivery received and not finished holds a slot: one of pending's,
+// which bound what stops the receive loop, or, for a delivery waiting in a
+// lane behind an earlier one of its key, one of backlog's while it has
+// room (driver.Capabilities.Backlog). So a slow or stuck key fills the
+// backlog, not the slots the other keys run on. When a lane's next delivery
+// moves up, the one just finished passes its pending slot on to it. work
+// holds the deliveries (and lane heads) no worker has taken yet; each holds
+// a pending slot, so work is never fuller than pending.
 type dispatcher struct {
 	c        *Consumer
 	ctx      context.Context // Run's: cancelled at shutdown
@@ -26,6 +32,7 @@ type dispatcher struct {
 	handlers map[string]HandlerFunc
 	sup      driver.Superseder // nil when the receiver supersedes nothing
 	pending  chan struct{}
+	backlog  chan struct{} // nil when the receiver allows none
 	work     chan *driver.Delivery
 	size     int // workers the pool may start
 	wg       sync.WaitGroup
@@ -36,7 +43,16 @@ type dispatcher struct {
 	closed  bool // work is closed
 }
 
-type lane struct{ queue []*driver.Delivery }
+// lane is the deliveries of one key waiting behind the one that runs (or
+// waits in work).
+type lane struct{ queue []waiting }
+
+// waiting is a delivery in a lane, and whether it holds a backlog slot
+// rather than a pending one.
+type waiting struct {
+	del     *driver.Delivery
+	backlog bool
+}
 
 func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]HandlerFunc) *dispatcher {
 	pending := max(2*c.batch, 2*c.concurrency)
@@ -46,6 +62,9 @@ func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]H
 		work:    make(chan *driver.Delivery, pending),
 		size:    c.concurrency,
 		lanes:   map[string]*lane{},
+	}
+	if n := c.caps.Backlog; n > 0 {
+		d.backlog = make(chan struct{}, n)
 	}
 	d.sup, _ = c.rcv.(driver.Superseder)
 	return d
@@ -62,7 +81,14 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 	d.mu.Lock()
 	if key := del.OrderingKey; key != "" {
 		if l, ok := d.lanes[key]; ok {
-			l.queue = append(l.queue, del)
+			w := waiting{del: del}
+			select {
+			case d.backlog <- struct{}{}: // never ready when backlog is nil
+				w.backlog = true
+				<-d.pending
+			default:
+			}
+			l.queue = append(l.queue, w)
 			d.mu.Unlock()
 			return true
 		}
@@ -87,7 +113,7 @@ func (d *dispatcher) close() {
 	d.mu.Lock()
 	d.closed = true
 	close(d.work)
-	var unstarted []*driver.Delivery
+	var unstarted []waiting
 	for _, l := range d.lanes {
 		unstarted = append(unstarted, l.queue...)
 		clear(l.queue)
@@ -95,10 +121,20 @@ func (d *dispatcher) close() {
 	}
 	d.mu.Unlock()
 	for del := range d.work {
-		unstarted = append(unstarted, del)
+		unstarted = append(unstarted, waiting{del: del})
 	}
-	for _, del := range unstarted {
-		d.giveBack(del)
+	for _, w := range unstarted {
+		d.giveBack(w.del)
+		d.free(w.backlog)
+	}
+}
+
+// free gives up a slot: a backlog one, or one of pending's.
+func (d *dispatcher) free(backlog bool) {
+	if backlog {
+		<-d.backlog
+	} else {
+		<-d.pending
 	}
 }
 
@@ -118,9 +154,12 @@ func (d *dispatcher) worker(slot *workerSlot) {
 // other work queued, the lane's next delivery goes to the back of the queue
 // instead, so lanes take turns in receive order (one handler runs the
 // partition in the order it came) and a busy key cannot starve the others.
-// The lane is removed once empty.
+// The lane is removed once empty. The delivery just handled gives its
+// pending slot to the lane's next one, which frees the slot it held, or
+// gives it up when there is none.
 func (d *dispatcher) next(key string) *driver.Delivery {
 	if key == "" {
+		<-d.pending
 		return nil
 	}
 	d.mu.Lock()
@@ -128,26 +167,28 @@ func (d *dispatcher) next(key string) *driver.Delivery {
 	l := d.lanes[key]
 	if len(l.queue) == 0 {
 		delete(d.lanes, key)
+		<-d.pending
 		return nil
 	}
-	del := l.queue[0]
-	l.queue[0] = nil
+	w := l.queue[0]
+	l.queue[0] = waiting{}
 	l.queue = l.queue[1:]
+	d.free(w.backlog)
 	if d.closed || len(d.work) == 0 {
-		return del
+		return w.del
 	}
-	d.work <- del // never blocks (del holds one of pending's slots), nor races close (d.mu)
+	d.work <- w.del // never blocks (it holds one of pending's slots), nor races close (d.mu)
 	return nil
 }
 
 // handle processes one delivery, or gives it back when shutdown began
 // before it started. slot is the health slot of the worker that runs it.
+// The delivery's pending slot is next's to pass on or give up.
 func (d *dispatcher) handle(del *driver.Delivery, slot *workerSlot) {
 	if d.ctx.Err() != nil {
 		d.giveBack(del)
 		return
 	}
-	defer func() { <-d.pending }()
 	if d.superseded(del) {
 		return
 	}
@@ -158,9 +199,8 @@ func (d *dispatcher) handle(del *driver.Delivery, slot *workerSlot) {
 }
 
 // giveBack returns a delivery no handler will run: shutdown began, or the
-// receiver closed, before a worker started it.
+// receiver closed, before a worker started it. The caller frees its slot.
 func (d *dispatcher) giveBack(del *driver.Delivery) {
-	defer func() { <-d.pending }()
 	if !d.superseded(del) {
 		d.c.giveBack(del, nil)
 	}

@@ -1,0 +1,242 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/queue"
+)
+
+// backlogDriver is a returnDriver that allows backlog deliveries to wait
+// behind their key (driver.Capabilities.Backlog) and counts, per key, the
+// deliveries it has handed out.
+type backlogDriver struct {
+	returnDriver
+	backlog  int
+	received map[string]int
+}
+
+func (d *backlogDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Backlog: d.backlog}
+}
+
+func (d *backlogDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	ds, err := d.returnDriver.Receive(ctx, max)
+	d.mu.Lock()
+	for _, del := range ds {
+		d.received[del.OrderingKey]++
+	}
+	d.mu.Unlock()
+	return ds, err
+}
+
+func (d *backlogDriver) receivedOf(key string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.received[key]
+}
+
+// stuckScript is n deliveries on keys k0…k8 and, every tenth, the key
+// "stuck"; each carries its key and its sequence number within the key.
+func stuckScript(n int) []*driver.Delivery {
+	out := make([]*driver.Delivery, n)
+	seq := map[string]int{}
+	for i := range out {
+		key := fmt.Sprintf("k%d", i%9)
+		if i%10 == 0 {
+			key = "stuck"
+		}
+		e, _ := core.New("urn:babel:orders:created", map[string]any{"key": key, "seq": seq[key]}, core.WithQueue("orders"))
+		seq[key]++
+		body, _ := e.Encode()
+		out[i] = &driver.Delivery{Body: body, Queue: "orders", OrderingKey: key, Native: core.NativeAttempts{Known: true}}
+	}
+	return out
+}
+
+// TestStuckKeyLeavesOtherKeysRunning: while one key's handler is stuck, the
+// deliveries waiting behind it take backlog slots, not the pending ones, so
+// the other keys go on until the backlog is full; then the receive loop
+// stops, holding no more than one running, the backlog and the pending
+// slots of the stuck key. Once the key is unstuck every delivery is handled
+// exactly once and each key in order. Without a backlog (the default), the
+// stuck key's deliveries fill the pending slots and stop everything early.
+func TestStuckKeyLeavesOtherKeysRunning(t *testing.T) {
+	const total, stuckN, batch, concurrency = 2000, 200, 8, 4
+	const pending = 2 * batch
+	for _, tc := range []struct {
+		name    string
+		backlog int
+		// allOthers: every other key is handled while the stuck key waits.
+		allOthers bool
+	}{
+		{"backlog=0", 0, false},
+		{"backlog=50", 50, false},
+		{"backlog=500", 500, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &backlogDriver{backlog: tc.backlog, received: map[string]int{}}
+			d.queue = stuckScript(total)
+			unstick := make(chan struct{})
+			var (
+				mu       sync.Mutex
+				next     = map[string]int{}
+				handled  = map[string]int{}
+				others   int
+				problems []string
+			)
+			c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(batch),
+				queue.WithLogger(slog.New(slog.DiscardHandler)))
+			c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
+				var p struct {
+					Key string
+					Seq int
+				}
+				if err := m.Envelope.DecodeData(&p); err != nil {
+					return err
+				}
+				if p.Key == "stuck" {
+					<-unstick
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if p.Seq != next[p.Key] {
+					problems = append(problems, fmt.Sprintf("key %s: seq %d, want %d", p.Key, p.Seq, next[p.Key]))
+				}
+				next[p.Key] = p.Seq + 1
+				handled[p.Key]++
+				if p.Key != "stuck" {
+					others++
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- c.Run(ctx) }()
+
+			othersNow := func() int { mu.Lock(); defer mu.Unlock(); return others }
+			// Wait until nothing moves for a while: the consumer has gone as
+			// far as it can with the key stuck.
+			for last, still := -1, 0; still < 10; time.Sleep(20 * time.Millisecond) {
+				if n := othersNow(); n != last {
+					last, still = n, 0
+				} else {
+					still++
+				}
+			}
+			got, stuckIn := othersNow(), d.receivedOf("stuck")
+			t.Logf("with the key stuck: %d of %d others handled, %d of its deliveries received", got, total-stuckN, stuckIn)
+			if tc.allOthers && got != total-stuckN {
+				t.Errorf("handled %d of the %d other deliveries while one key was stuck, want all", got, total-stuckN)
+			}
+			if !tc.allOthers {
+				if limit := 1 + tc.backlog + pending; stuckIn > limit {
+					t.Errorf("received %d of the stuck key's deliveries, want at most %d (one running, the backlog, the pending slots)", stuckIn, limit)
+				}
+				if got == total-stuckN {
+					t.Errorf("every other delivery was handled: the receive loop never stopped for the stuck key")
+				}
+			}
+			if floor := min(10*tc.backlog, total-stuckN); got < floor*8/10 {
+				t.Errorf("handled %d other deliveries while one key was stuck, want about %d or more", got, floor)
+			}
+
+			close(unstick)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				mu.Lock()
+				n := others + handled["stuck"]
+				mu.Unlock()
+				if n == total {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("handled %d of %d once the key was unstuck", n, total)
+				}
+			}
+			cancel()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+			if h := handled["stuck"]; h != stuckN {
+				t.Errorf("handled the stuck key %d times, want %d", h, stuckN)
+			}
+		})
+	}
+}
+
+// TestShutdownGivesBackBacklog: at shutdown the deliveries waiting behind a
+// stuck key in the backlog are given back with the rest, and every delivery
+// is handled, given back or never received: none is lost and Run does not
+// hang on the slots they held.
+func TestShutdownGivesBackBacklog(t *testing.T) {
+	const total = 500
+	d := &backlogDriver{backlog: 30, received: map[string]int{}}
+	d.queue = stuckScript(total)
+	var (
+		mu      sync.Mutex
+		handled int
+	)
+	stuckStarted := make(chan struct{}, 1)
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(2), queue.WithBatchSize(8),
+		queue.WithShutdownTimeout(100*time.Millisecond), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, m *queue.Message) error {
+		var p struct{ Key string }
+		if err := m.Envelope.DecodeData(&p); err != nil {
+			return err
+		}
+		if p.Key == "stuck" {
+			select {
+			case stuckStarted <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		mu.Lock()
+		handled++
+		mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	<-stuckStarted
+	for deadline := time.Now().Add(10 * time.Second); d.receivedOf("stuck") < 31; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("received %d of the stuck key's deliveries, want 31: the backlog does not fill", d.receivedOf("stuck"))
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after shutdown")
+	}
+	d.mu.Lock()
+	left := len(d.queue)
+	d.mu.Unlock()
+	mu.Lock()
+	h := handled
+	mu.Unlock()
+	// The stuck handler, cut short by the shutdown, gives its delivery back
+	// too.
+	returned := int(d.returned.Load())
+	if got := h + returned + left; got != total {
+		t.Fatalf("%d handled + %d given back + %d never received = %d, want %d", h, returned, left, got, total)
+	}
+	if returned < 31 {
+		t.Errorf("%d given back, want at least the stuck key's running one and the 30 waiting in the backlog", returned)
+	}
+}
