@@ -247,7 +247,9 @@ const DefaultMaxUncommitted = 10000
 // partition are settled. Past it, fetching of the partition pauses until
 // the commit catches up. Under OrderByKey a slow or stuck key holds the
 // commit back while the other keys go on; this bounds how far, and so how
-// much a crash or a rebalance delivers again.
+// much a crash or a rebalance delivers again. It bounds memory too: a
+// waiting record's value shares its fetch's buffer, so the records a stuck
+// key holds back keep up to about n records' worth of fetched batches alive.
 func WithMaxUncommitted(n int) ReceiverOption {
 	return func(c *receiverConfig) {
 		if n > 0 {
