@@ -149,7 +149,7 @@ func (c *Consumer) unknownURN(m *Message, handlers map[string]HandlerFunc, start
 		c.ack(m, OutcomeDropped, start)
 	case UnknownRelease:
 		c.release(m.Delivery, c.backoff.Delay(nextAttempt(m.Envelope.Attempts)), m)
-		c.metrics.Handled(m.Queue, m.Envelope.URN, OutcomeReleased, 0)
+		c.handled(m.Queue, m.Envelope.URN, OutcomeReleased, start)
 	case UnknownDeadLetter:
 		c.toDeadLetter(m, core.ReasonUnknownURN, err, m.Envelope.Attempts, start)
 	default:

@@ -412,3 +412,38 @@ func TestHandledLatencyWithEmbeddedNopMetrics(t *testing.T) {
 		}
 	}
 }
+
+// slowRelease is a receiver whose Release takes a while, as a broker round
+// trip does.
+type slowRelease struct {
+	driver.Receiver
+	delay    time.Duration
+	released atomic.Int32
+}
+
+func (r *slowRelease) Release(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
+	time.Sleep(r.delay)
+	r.released.Add(1)
+	return r.Receiver.Release(ctx, d, delay)
+}
+
+// A message released for its unknown URN (UnknownRelease) is recorded as
+// handled with the time it took, release included, as every other outcome
+// is, not with a latency of zero.
+func TestUnknownReleaseRecordsItsLatency(t *testing.T) {
+	b := memqueueWith(t, 1)
+	m := &latencies{}
+	rcv := &slowRelease{Receiver: b.Receiver("q"), delay: 20 * time.Millisecond}
+	c := queue.NewConsumer(rcv, b.Sender(), queue.WithMetrics(m), queue.WithUnknownURN(queue.UnknownRelease),
+		queue.WithBackoff(queue.Constant(time.Hour)))
+	c.Handle("urn:babel:other:thing", func(context.Context, *queue.Message) error { return nil })
+	if err := run(t, c, func() bool { return m.count() >= 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if rcv.released.Load() == 0 {
+		t.Fatal("the message was not released")
+	}
+	if d := m.got[0]; d < 20*time.Millisecond {
+		t.Errorf("a release that took 20ms recorded as %v", d)
+	}
+}
