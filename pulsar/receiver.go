@@ -86,6 +86,7 @@ type Receiver struct {
 	queue    string
 	cfg      config
 	pollWait time.Duration
+	backlog  int // driver.Capabilities.Backlog
 
 	mu     sync.Mutex
 	closed bool
@@ -106,9 +107,26 @@ func (t *token) As(target any) bool {
 	return ok
 }
 
+// DefaultBacklog is how many messages may wait in the consumer behind an
+// earlier message of their ordering key (driver.Capabilities.Backlog)
+// unless WithBacklog says otherwise.
+const DefaultBacklog = 1000
+
+// WithBacklog sets how many messages may wait in the consumer behind an
+// earlier message of their ordering key (a Key_Shared key, or a partition
+// under Failover or Exclusive) while the other keys go on (default
+// DefaultBacklog); past it they take the consumer's pending slots, twice
+// queue.WithBatchSize, and once those are full every key waits for the
+// slow one. 0 allows none. A waiting message holds nothing on the broker
+// but its place among the consumer's unacknowledged messages: this client
+// has no acknowledgement timeout that could redeliver it meanwhile.
+func WithBacklog(n int) ReceiverOption {
+	return receiverOption(func(c *config) { c.backlog = max(n, 0) })
+}
+
 // NewReceiver subscribes to the topic of queue as subscription.
 func NewReceiver(client pulsar.Client, queue, subscription string, opts ...ReceiverOption) (*Receiver, error) {
-	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest}
+	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest, backlog: -1}
 	for _, o := range opts {
 		o.applyReceiver(&cfg)
 	}
@@ -142,7 +160,11 @@ func NewReceiver(client pulsar.Client, queue, subscription string, opts ...Recei
 	if err != nil {
 		return nil, fmt.Errorf("babelqueue/pulsar: subscribing to %s as %s: %w", co.Topic, subscription, err)
 	}
-	return &Receiver{consumer: c, queue: queue, cfg: cfg, pollWait: 500 * time.Millisecond,
+	backlog := cfg.backlog
+	if backlog < 0 {
+		backlog = DefaultBacklog
+	}
+	return &Receiver{consumer: c, queue: queue, cfg: cfg, pollWait: 500 * time.Millisecond, backlog: backlog,
 		timers: map[*time.Timer]struct{}{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -152,10 +174,11 @@ func (r *Receiver) Consumer() pulsar.Consumer { return r.consumer }
 // Capabilities implements driver.Receiver. By default retries republish a
 // copy with attempts + 1 and the backoff as DeliverAfter (attempts survive
 // a broker restart); with WithNativeRetry or WithNativeDeadLetter a negative
-// acknowledgement serves as the retry.
+// acknowledgement serves as the retry. Up to WithBacklog messages may wait
+// behind an earlier message of their key while the other keys go on.
 func (r *Receiver) Capabilities() driver.Capabilities {
 	native := r.cfg.nativeRetry || r.cfg.dlq != nil
-	return driver.Capabilities{NativeRetry: native, Delay: true, NativeDeadLetter: r.cfg.dlq != nil}
+	return driver.Capabilities{NativeRetry: native, Delay: true, NativeDeadLetter: r.cfg.dlq != nil, Backlog: r.backlog}
 }
 
 // Receive implements driver.Receiver: it waits up to half a second for one

@@ -422,3 +422,87 @@ func (s *suite) orderingPerKey(t *testing.T) {
 		}
 	}
 }
+
+// stuckKey: while the first message of one key is stuck in its handler,
+// every message of the other keys is handled, for the deliveries waiting
+// behind the stuck one take the driver's backlog
+// (driver.Capabilities.Backlog), not the slots the other keys run on; once
+// it is unstuck, every message is handled, each key in order. A driver that
+// declares no backlog is skipped: there, the stuck key's deliveries fill
+// the consumer's pending slots and stop every key, as documented.
+func (s *suite) stuckKey(t *testing.T) {
+	const keys, perKey, batch = 8, 30, 5 // a key's 30 messages are 3 × the 10 pending slots
+	q := s.h.NewQueue(t)
+	out := make([]queue.Outgoing, 0, keys*perKey)
+	for i := range keys * perKey {
+		key := fmt.Sprintf("k%d", i%keys)
+		env, err := core.New(urnA, map[string]any{"i": i, "key": key}, core.WithQueue(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(key)}})
+	}
+	if err := s.publisher(t).PublishBatch(context.Background(), out); err != nil {
+		t.Fatal(err)
+	}
+	unstick := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(unstick) }) }
+	var mu sync.Mutex
+	order := map[string][]int{}
+	others, total := 0, 0
+	rcv, stop := s.consumerOn(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(ctx context.Context, m *queue.Message) error {
+			var d struct {
+				I   int    `json:"i"`
+				Key string `json:"key"`
+			}
+			if err := m.Envelope.DecodeData(&d); err != nil {
+				return queue.Permanent(err)
+			}
+			if d.I == 0 {
+				select {
+				case <-unstick:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			order[d.Key] = append(order[d.Key], d.I)
+			total++
+			if d.Key != "k0" {
+				others++
+			}
+			return nil
+		})
+	}, queue.WithConcurrency(4), queue.WithBatchSize(batch))
+	defer func() { _ = stop() }()
+	defer release() // before stop, which waits for the handlers
+	if rcv.Capabilities().Backlog < perKey {
+		t.Skipf("the driver allows %d deliveries to wait behind a busy key; a stuck key's %d stop every key", rcv.Capabilities().Backlog, perKey)
+	}
+	s.waitFor(t, "every message of the other keys handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return others == (keys-1)*perKey
+	})
+	release()
+	s.waitFor(t, "every message handled", func() bool { mu.Lock(); defer mu.Unlock(); return total >= keys*perKey })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for key, seq := range order {
+		if len(seq) != perKey {
+			t.Errorf("key %s: handled %d times, want %d", key, len(seq), perKey)
+		}
+		for i := 1; i < len(seq); i++ {
+			if seq[i] < seq[i-1] {
+				t.Errorf("key %s handled out of order: %v", key, seq)
+				break
+			}
+		}
+	}
+}

@@ -39,6 +39,8 @@ type Harness struct {
 	// a crash (the visibility or session timeout of the test setup).
 	Redelivery time.Duration
 	// Ordered: deliveries published with the same key are handled in order.
+	// The suite then also checks that a stuck key leaves the other keys
+	// running, if the receiver declares a backlog (driver.Capabilities).
 	Ordered bool
 	// CheckProjection, when set, checks the native side of a received
 	// delivery against the envelope that was published.
@@ -67,6 +69,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ConcurrencyLimit", s.concurrencyLimit)
 	if h.Ordered {
 		t.Run("OrderingPerKey", s.orderingPerKey)
+		t.Run("StuckKeyLeavesOtherKeysRunning", s.stuckKey)
 	}
 }
 
@@ -86,6 +89,13 @@ type suite struct{ h Harness }
 // consumer starts a consumer on q with handlers registered by reg; it runs
 // until the returned stop is called (stop returns Run's error).
 func (s *suite) consumer(t *testing.T, q string, reg func(c *queue.Consumer), opts ...queue.ConsumerOption) (stop func() error) {
+	t.Helper()
+	_, stop = s.consumerOn(t, q, reg, opts...)
+	return stop
+}
+
+// consumerOn is consumer, and also returns the receiver it consumes from.
+func (s *suite) consumerOn(t *testing.T, q string, reg func(c *queue.Consumer), opts ...queue.ConsumerOption) (rcv driver.Receiver, stop func() error) {
 	t.Helper()
 	rcv, closeRcv := s.h.Receiver(t, q)
 	base := []queue.ConsumerOption{
@@ -115,7 +125,7 @@ func (s *suite) consumer(t *testing.T, q string, reg func(c *queue.Consumer), op
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })
-	return stop
+	return rcv, stop
 }
 
 func (s *suite) publisher(t *testing.T) *queue.Publisher { return queue.NewPublisher(s.h.Sender(t)) }
