@@ -86,7 +86,6 @@ type Receiver struct {
 	queue    string
 	cfg      config
 	pollWait time.Duration
-	backlog  int // driver.Capabilities.Backlog
 
 	mu     sync.Mutex
 	closed bool
@@ -126,7 +125,7 @@ func WithBacklog(n int) ReceiverOption {
 
 // NewReceiver subscribes to the topic of queue as subscription.
 func NewReceiver(client pulsar.Client, queue, subscription string, opts ...ReceiverOption) (*Receiver, error) {
-	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest, backlog: -1}
+	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest, backlog: DefaultBacklog}
 	for _, o := range opts {
 		o.applyReceiver(&cfg)
 	}
@@ -160,11 +159,7 @@ func NewReceiver(client pulsar.Client, queue, subscription string, opts ...Recei
 	if err != nil {
 		return nil, fmt.Errorf("babelqueue/pulsar: subscribing to %s as %s: %w", co.Topic, subscription, err)
 	}
-	backlog := cfg.backlog
-	if backlog < 0 {
-		backlog = DefaultBacklog
-	}
-	return &Receiver{consumer: c, queue: queue, cfg: cfg, pollWait: 500 * time.Millisecond, backlog: backlog,
+	return &Receiver{consumer: c, queue: queue, cfg: cfg, pollWait: 500 * time.Millisecond,
 		timers: map[*time.Timer]struct{}{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -178,7 +173,7 @@ func (r *Receiver) Consumer() pulsar.Consumer { return r.consumer }
 // behind an earlier message of their key while the other keys go on.
 func (r *Receiver) Capabilities() driver.Capabilities {
 	native := r.cfg.nativeRetry || r.cfg.dlq != nil
-	return driver.Capabilities{NativeRetry: native, Delay: true, NativeDeadLetter: r.cfg.dlq != nil, Backlog: r.backlog}
+	return driver.Capabilities{NativeRetry: native, Delay: true, NativeDeadLetter: r.cfg.dlq != nil, Backlog: r.cfg.backlog}
 }
 
 // Receive implements driver.Receiver: it waits up to half a second for one

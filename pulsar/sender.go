@@ -45,7 +45,7 @@ type config struct {
 	logger       *slog.Logger
 	dlq          *pulsar.DLQPolicy
 	consumerOpts func(*pulsar.ConsumerOptions)
-	backlog      int // -1: DefaultBacklog
+	backlog      int // driver.Capabilities.Backlog of a Receiver
 }
 
 // WithTopicPrefix maps a logical queue to prefix + queue, for example
