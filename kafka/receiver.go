@@ -226,8 +226,9 @@ func WithOrdering(o Ordering) ReceiverOption { return func(c *receiverConfig) { 
 // records of one partition held for a retry delay, past which fetching of
 // the partition pauses until some are due; and, in the consumer, the
 // records of all partitions waiting behind an earlier record of their key
-// (driver.Capabilities.Backlog), past which a waiting record counts against
-// the consumer's pending deliveries (queue.WithBatchSize), as any other.
+// (driver.Capabilities.Backlog, and at most queue.WithBacklogBytes of
+// their values), past which a waiting record counts against the
+// consumer's pending deliveries (queue.WithBatchSize), as any other.
 func WithMaxHeld(n int) ReceiverOption {
 	return func(c *receiverConfig) {
 		if n > 0 {

@@ -116,7 +116,8 @@ const DefaultBacklog = 1000
 // under Failover or Exclusive) while the other keys go on (default
 // DefaultBacklog); past it they take the consumer's pending slots, twice
 // queue.WithBatchSize, and once those are full every key waits for the
-// slow one. 0 allows none. A waiting message holds nothing on the broker
+// slow one. queue.WithBacklogBytes bounds the bytes they hold as well
+// (default 64 MiB). 0 allows none. A waiting message holds nothing on the broker
 // but its place among the consumer's unacknowledged messages: this client
 // has no acknowledgement timeout that could redeliver it meanwhile.
 func WithBacklog(n int) ReceiverOption {

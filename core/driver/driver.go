@@ -167,11 +167,12 @@ type Capabilities struct {
 	// earlier delivery of their ordering key without holding back the
 	// receive loop, so that a slow or stuck key does not stop the others;
 	// past it they count against the consumer's pending deliveries (twice
-	// its batch size) like any other. 0 allows none. A driver whose
-	// deliveries hold nothing on the broker while they wait (no lock or
-	// lease to run out) and that bounds what it hands out by other means
-	// raises it: Kafka pauses a partition whose commit a stuck key holds
-	// back too far.
+	// its batch size) like any other. The consumer bounds the bytes of
+	// their bodies as well (queue.WithBacklogBytes). 0 allows none. A
+	// driver whose deliveries hold nothing on the broker while they wait
+	// (no lock or lease to run out) and that bounds what it hands out by
+	// other means raises it: Kafka pauses a partition whose commit a
+	// stuck key holds back too far.
 	Backlog int
 }
 

@@ -70,18 +70,35 @@ func stuckScript(n int) []*driver.Delivery {
 func TestStuckKeyLeavesOtherKeysRunning(t *testing.T) {
 	const total, stuckN, batch, concurrency = 2000, 200, 8, 4
 	const pending = 2 * batch
+	// The largest of the stuck key's bodies: a byte bound of 50 of them
+	// lets at least 50 wait.
+	var stuckBody int
+	for _, del := range stuckScript(total) {
+		if del.OrderingKey == "stuck" {
+			stuckBody = max(stuckBody, len(del.Body))
+		}
+	}
 	for _, tc := range []struct {
 		name    string
 		backlog int
+		opts    []queue.ConsumerOption
 		// allOthers: every other key is handled while the stuck key waits.
 		allOthers bool
 	}{
-		{"backlog=0", 0, false},
-		{"backlog=50", 50, false},
-		{"backlog=500", 500, true},
+		{"backlog=0", 0, nil, false},
+		{"backlog=50", 50, nil, false},
+		{"backlog=500", 500, nil, true},
+		// The bytes bound the backlog before its count does.
+		{"backlog=500/bytes=50-bodies", 50, []queue.ConsumerOption{queue.WithBacklogBytes(50 * stuckBody)}, false},
+		{"backlog=500/bytes=under-one-body", 0, []queue.ConsumerOption{queue.WithBacklogBytes(stuckBody / 2)}, false},
+		{"backlog=500/bytes=0", 0, []queue.ConsumerOption{queue.WithBacklogBytes(0)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The driver's backlog: tc.backlog is what the bytes leave of it.
 			d := &backlogDriver{backlog: tc.backlog, received: map[string]int{}}
+			if tc.opts != nil {
+				d.backlog = 500
+			}
 			d.queue = stuckScript(total)
 			unstick := make(chan struct{})
 			var (
@@ -91,8 +108,8 @@ func TestStuckKeyLeavesOtherKeysRunning(t *testing.T) {
 				others   int
 				problems []string
 			)
-			c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(batch),
-				queue.WithLogger(slog.New(slog.DiscardHandler)))
+			c := queue.NewConsumer(d, d, append([]queue.ConsumerOption{queue.WithConcurrency(concurrency), queue.WithBatchSize(batch),
+				queue.WithLogger(slog.New(slog.DiscardHandler))}, tc.opts...)...)
 			c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
 				var p struct {
 					Key string

@@ -78,6 +78,7 @@ type Consumer struct {
 	unknown         UnknownURN
 	concurrency     int
 	batch           int
+	backlogBytes    int
 	shutdownTimeout time.Duration
 	settleTimeout   time.Duration
 	logger          *slog.Logger
@@ -175,11 +176,35 @@ const defaultBatch = 10
 // driver's Capabilities.Batch, 100 for Kafka; otherwise 10). At most twice
 // that many, or twice the concurrency, are received and not yet finished at
 // a time, besides those waiting behind an earlier delivery of their
-// ordering key in the driver's backlog (Capabilities.Backlog).
+// ordering key in the driver's backlog (Capabilities.Backlog, bounded in
+// bytes by WithBacklogBytes).
 func WithBatchSize(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n > 0 {
 			c.batch = n
+		}
+	}
+}
+
+// DefaultBacklogBytes is how many bytes of message bodies the deliveries
+// waiting in a consumer's backlog may hold when WithBacklogBytes does not
+// say: 64 MiB.
+const DefaultBacklogBytes = 64 << 20
+
+// WithBacklogBytes bounds the backlog (driver.Capabilities.Backlog) by the
+// size of what waits in it as well as by its count: a delivery waiting
+// behind an earlier one of its ordering key takes a backlog slot only
+// while the bodies of those already waiting there and its own come to at
+// most n bytes (default DefaultBacklogBytes); past that it counts against
+// the pending deliveries, which hold back the receive loop, as it would
+// with no backlog. So a stuck key holds at most about n bytes of messages
+// besides the pending ones, however large they are: a thousand backlog
+// slots of 1 MiB messages would otherwise hold a gigabyte. 0 turns the
+// backlog off; a negative n is ignored.
+func WithBacklogBytes(n int) ConsumerOption {
+	return func(c *Consumer) {
+		if n >= 0 {
+			c.backlogBytes = n
 		}
 	}
 }
@@ -242,6 +267,7 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 		retryNative:     true,
 		backoff:         Exponential(time.Second, time.Minute),
 		concurrency:     1,
+		backlogBytes:    DefaultBacklogBytes,
 		shutdownTimeout: 30 * time.Second,
 		settleTimeout:   30 * time.Second,
 		logger:          slog.Default(),

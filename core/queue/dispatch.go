@@ -20,7 +20,8 @@ import (
 // Every delivery received and not finished holds a slot: one of pending's,
 // which bound what stops the receive loop, or, for a delivery waiting in a
 // lane behind an earlier one of its key, one of backlog's while it has
-// room (driver.Capabilities.Backlog). So a slow or stuck key fills the
+// room (driver.Capabilities.Backlog deliveries, their bodies at most
+// WithBacklogBytes in all). So a slow or stuck key fills the
 // backlog, not the slots the other keys run on. When a lane's next delivery
 // moves up, the one just finished passes its pending slot on to it. work
 // holds the deliveries (and lane heads) no worker has taken yet; each holds
@@ -33,12 +34,14 @@ type dispatcher struct {
 	sup      driver.Superseder // nil when the receiver supersedes nothing
 	pending  chan struct{}
 	backlog  chan struct{} // nil when the receiver allows none
+	maxBytes int           // of the bodies holding backlog slots
 	work     chan *driver.Delivery
 	size     int // workers the pool may start
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
 	lanes   map[string]*lane
+	bytes   int  // of the bodies holding backlog slots
 	workers int  // started so far; they run until work is closed
 	closed  bool // work is closed
 }
@@ -48,10 +51,11 @@ type dispatcher struct {
 type lane struct{ queue []waiting }
 
 // waiting is a delivery in a lane, and whether it holds a backlog slot
-// rather than a pending one.
+// rather than a pending one, with the bytes it counts there.
 type waiting struct {
 	del     *driver.Delivery
 	backlog bool
+	bytes   int
 }
 
 func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]HandlerFunc) *dispatcher {
@@ -63,8 +67,9 @@ func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]H
 		size:    c.concurrency,
 		lanes:   map[string]*lane{},
 	}
-	if n := c.caps.Backlog; n > 0 {
+	if n := c.caps.Backlog; n > 0 && c.backlogBytes > 0 {
 		d.backlog = make(chan struct{}, n)
+		d.maxBytes = c.backlogBytes
 	}
 	d.sup, _ = c.rcv.(driver.Superseder)
 	return d
@@ -82,11 +87,14 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 	if key := del.OrderingKey; key != "" {
 		if l, ok := d.lanes[key]; ok {
 			w := waiting{del: del}
-			select {
-			case d.backlog <- struct{}{}: // never ready when backlog is nil
-				w.backlog = true
-				<-d.pending
-			default:
+			if len(del.Body) <= d.maxBytes-d.bytes {
+				select {
+				case d.backlog <- struct{}{}: // never ready when backlog is nil
+					w.backlog, w.bytes = true, len(del.Body)
+					d.bytes += w.bytes
+					<-d.pending
+				default:
+				}
 			}
 			l.queue = append(l.queue, w)
 			d.mu.Unlock()
@@ -115,6 +123,9 @@ func (d *dispatcher) close() {
 	close(d.work)
 	var unstarted []waiting
 	for _, l := range d.lanes {
+		for _, w := range l.queue {
+			d.unbytes(w)
+		}
 		unstarted = append(unstarted, l.queue...)
 		clear(l.queue)
 		l.queue = l.queue[:0]
@@ -128,6 +139,10 @@ func (d *dispatcher) close() {
 		d.free(w.backlog)
 	}
 }
+
+// unbytes takes w's body off the backlog's bytes (none unless it holds a
+// backlog slot); d.mu is held.
+func (d *dispatcher) unbytes(w waiting) { d.bytes -= w.bytes }
 
 // free gives up a slot: a backlog one, or one of pending's.
 func (d *dispatcher) free(backlog bool) {
@@ -173,6 +188,7 @@ func (d *dispatcher) next(key string) *driver.Delivery {
 	w := l.queue[0]
 	l.queue[0] = waiting{}
 	l.queue = l.queue[1:]
+	d.unbytes(w)
 	d.free(w.backlog)
 	if d.closed || len(d.work) == 0 {
 		return w.del
