@@ -40,7 +40,8 @@ type Harness struct {
 	Redelivery time.Duration
 	// Ordered: deliveries published with the same key are handled in order.
 	// The suite then also checks that a stuck key leaves the other keys
-	// running, if the receiver declares a backlog (driver.Capabilities).
+	// running: the receiver hands out a key's next message only once the
+	// earlier one is settled, or declares a backlog (driver.Capabilities).
 	Ordered bool
 	// CheckProjection, when set, checks the native side of a received
 	// delivery against the envelope that was published.
