@@ -35,6 +35,10 @@ const (
 	MaxBatch       = 10
 )
 
+// entryIDs are the ids of a batch request's entries, their index: the
+// entries point into it rather than at a fresh string each. Read only.
+var entryIDs = [MaxBatch]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+
 // ErrTooLarge reports a message whose body and attributes exceed 256 KiB.
 // It wraps driver.ErrTooLarge, so the runtime falls back to a smaller
 // dead-letter copy.

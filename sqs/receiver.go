@@ -111,6 +111,15 @@ func (t *token) As(target any) bool {
 type ackReq struct {
 	handle string
 	done   func(error) // called once with the delete's result
+	slot   bool        // holds one of ackSlots, given up before done
+}
+
+// finish gives req's slot back, if it holds one, and reports err to it.
+func (r *Receiver) finish(req *ackReq, err error) {
+	if req.slot {
+		<-r.ackSlots
+	}
+	req.done(err)
 }
 
 // maxFlushers bounds the DeleteMessageBatch requests in flight at once, and
@@ -417,10 +426,7 @@ func (r *Receiver) AckAsync(ctx context.Context, d *driver.Delivery, done func(e
 		done(ctx.Err())
 		return
 	}
-	r.enqueueAck(&ackReq{handle: tok.handle, done: func(err error) {
-		<-r.ackSlots
-		done(err)
-	}})
+	r.enqueueAck(&ackReq{handle: tok.handle, done: done, slot: true})
 }
 
 // enqueueAck queues req and asks for a flush when none runs, or when a
@@ -471,28 +477,31 @@ func (r *Receiver) deleteBatch(batch []*ackReq) {
 	defer cancel()
 	u, err := r.queueURL(ctx)
 	if err == nil {
-		in := &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(u)}
+		in := &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(u), Entries: make([]types.DeleteMessageBatchRequestEntry, len(batch))}
 		for i, a := range batch {
-			in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(a.handle)})
+			in.Entries[i] = types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: &a.handle}
 		}
 		var out *awssqs.DeleteMessageBatchOutput
 		out, err = r.api.DeleteMessageBatch(ctx, in)
 		if err == nil {
-			failed := map[int]error{}
+			var failed map[int]error
 			for _, f := range out.Failed {
 				if i, e := strconv.Atoi(aws.ToString(f.Id)); e == nil {
+					if failed == nil {
+						failed = map[int]error{}
+					}
 					failed[i] = &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 				}
 			}
 			for i, a := range batch {
-				a.done(failed[i])
+				r.finish(a, failed[i])
 			}
 			return
 		}
 		err = fmt.Errorf("babelqueue/sqs: DeleteMessageBatch: %w", err)
 	}
 	for _, a := range batch {
-		a.done(err)
+		r.finish(a, err)
 	}
 }
 
@@ -567,7 +576,7 @@ func (r *Receiver) setVisibility(ctx context.Context, toks []*token, secs int32)
 		in := &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(u)}
 		for i, tok := range chunk {
 			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: secs,
+				Id: &entryIDs[i], ReceiptHandle: &tok.handle, VisibilityTimeout: secs,
 			})
 		}
 		if _, err := r.api.ChangeMessageVisibilityBatch(ctx, in); err != nil {

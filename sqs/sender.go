@@ -378,10 +378,10 @@ func (s *Sender) sendBatches(ctx context.Context, url string, batches [][]entry,
 }
 
 func (s *Sender) sendBatch(ctx context.Context, url string, es []entry, errs []error) {
-	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url)}
+	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: make([]types.SendMessageBatchRequestEntry, 0, len(es))}
 	for i, e := range es {
 		in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
-			Id:                     aws.String(strconv.Itoa(i)),
+			Id:                     &entryIDs[i],
 			MessageBody:            e.in.MessageBody,
 			MessageAttributes:      e.in.MessageAttributes,
 			DelaySeconds:           e.in.DelaySeconds,
