@@ -51,11 +51,10 @@ type dispatcher struct {
 type lane struct{ queue []waiting }
 
 // waiting is a delivery in a lane, and whether it holds a backlog slot
-// rather than a pending one, with the bytes it counts there.
+// (and counts its body in the backlog's bytes) rather than a pending one.
 type waiting struct {
 	del     *driver.Delivery
 	backlog bool
-	bytes   int
 }
 
 func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]HandlerFunc) *dispatcher {
@@ -90,8 +89,8 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 			if len(del.Body) <= d.maxBytes-d.bytes {
 				select {
 				case d.backlog <- struct{}{}: // never ready when backlog is nil
-					w.backlog, w.bytes = true, len(del.Body)
-					d.bytes += w.bytes
+					w.backlog = true
+					d.bytes += len(del.Body)
 					<-d.pending
 				default:
 				}
@@ -116,16 +115,14 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 // close ends the pool once the receive loop has stopped. The deliveries no
 // worker has started are given back here and now, before the shutdown
 // timeout starts to run, rather than one by one behind the handlers still
-// running; the workers finish what they hold and then stop.
+// running; the workers finish what they hold and then stop. (The backlog's
+// bytes are left as they are: nothing is dispatched after close.)
 func (d *dispatcher) close() {
 	d.mu.Lock()
 	d.closed = true
 	close(d.work)
 	var unstarted []waiting
 	for _, l := range d.lanes {
-		for _, w := range l.queue {
-			d.unbytes(w)
-		}
 		unstarted = append(unstarted, l.queue...)
 		clear(l.queue)
 		l.queue = l.queue[:0]
@@ -139,10 +136,6 @@ func (d *dispatcher) close() {
 		d.free(w.backlog)
 	}
 }
-
-// unbytes takes w's body off the backlog's bytes (none unless it holds a
-// backlog slot); d.mu is held.
-func (d *dispatcher) unbytes(w waiting) { d.bytes -= w.bytes }
 
 // free gives up a slot: a backlog one, or one of pending's.
 func (d *dispatcher) free(backlog bool) {
@@ -188,7 +181,9 @@ func (d *dispatcher) next(key string) *driver.Delivery {
 	w := l.queue[0]
 	l.queue[0] = waiting{}
 	l.queue = l.queue[1:]
-	d.unbytes(w)
+	if w.backlog {
+		d.bytes -= len(w.del.Body)
+	}
 	d.free(w.backlog)
 	if d.closed || len(d.work) == 0 {
 		return w.del
