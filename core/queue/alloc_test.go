@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/queue"
 )
 
@@ -46,5 +47,32 @@ func TestPublishAllocations(t *testing.T) {
 	})
 	if n > 4 {
 		t.Errorf("Publish takes %v allocations, want at most 4", n)
+	}
+}
+
+// TestPublishBatchAllocations bounds PublishBatch of 100 envelopes without
+// options at 10 allocations: the batch's messages and bodies each share one
+// allocation, so the count does not grow with the batch.
+func TestPublishBatchAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	p := queue.NewPublisher(&benchDriver{}, queue.WithPublisherLogger(slog.New(slog.DiscardHandler)))
+	batch := make([]queue.Outgoing, 100)
+	for i := range batch {
+		env, err := core.New("urn:babel:orders:created", map[string]int{"order_id": i}, core.WithQueue("orders"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = queue.Outgoing{Envelope: env}
+	}
+	ctx := context.Background()
+	n := testing.AllocsPerRun(50, func() {
+		if err := p.PublishBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 10 {
+		t.Errorf("PublishBatch of 100 takes %v allocations, want at most 10", n)
 	}
 }

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -85,5 +86,53 @@ func TestPublishSendsTheEnvelopeItReturns(t *testing.T) {
 	if got.Meta.ID != env.Meta.ID || got.TraceID != env.TraceID || string(got.Data()) != `{"order_id":1042}` ||
 		got.Meta.Queue != "orders" || len(env.Meta.ID) != 36 || env.Meta.ID == env.TraceID {
 		t.Errorf("sent %+v data %s, returned %+v", got, got.Data(), env)
+	}
+}
+
+// TestPublishBatchBodies: every message of a batch carries its own
+// envelope's encoding and options, whatever the envelopes' sizes (the
+// batch's bodies share one buffer, grown past the first body's size here),
+// and no body reaches into the next.
+func TestPublishBatchBodies(t *testing.T) {
+	snd := &captureSender{}
+	p := queue.NewPublisher(snd, queue.WithDefaultHeaders(map[string]string{"app": "billing"}))
+	sizes := []int{1, 10_000, 3, 0, 70_000, 5}
+	batch := make([]queue.Outgoing, len(sizes))
+	for i, n := range sizes {
+		env, err := core.New(urn, map[string]string{"note": strings.Repeat("x", n)}, core.WithQueue("q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(fmt.Sprint("k", i))}}
+	}
+	batch[2].Options = append(batch[2].Options, queue.ToQueue("elsewhere"), queue.WithHeader("tenant", "t2"))
+	if err := p.PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if len(snd.msgs) != len(batch) {
+		t.Fatalf("sent %d messages, want %d", len(snd.msgs), len(batch))
+	}
+	for i, m := range snd.msgs {
+		want, err := batch[i].Envelope.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(m.Body, want) || cap(m.Body) != len(m.Body) {
+			t.Errorf("message %d: body of %d bytes (cap %d), want the envelope's %d", i, len(m.Body), cap(m.Body), len(want))
+		}
+		if m.Envelope != batch[i].Envelope || m.Key != fmt.Sprint("k", i) || m.Headers["app"] != "billing" {
+			t.Errorf("message %d: %+v", i, m)
+		}
+	}
+	if m := snd.msgs[2]; m.Queue != "elsewhere" || m.Headers["tenant"] != "t2" {
+		t.Errorf("message 2 went to %q with headers %v", m.Queue, m.Headers)
+	}
+	if m := snd.msgs[3]; m.Queue != "q" || m.Headers["tenant"] != "" {
+		t.Errorf("message 3 went to %q with headers %v", m.Queue, m.Headers)
+	}
+	// A body appended to must not overwrite the next one.
+	_ = append(snd.msgs[0].Body, "garbage"...)
+	if want, _ := batch[1].Envelope.Encode(); !bytes.Equal(snd.msgs[1].Body, want) {
+		t.Error("appending to one body changed the next")
 	}
 }
