@@ -30,42 +30,103 @@ const (
 // first and then the contract headers (a contract header always wins a name
 // collision), timestamp = meta.created_at, key = key (nil for none).
 func Project(m *driver.Message, topic string, key []byte) *kgo.Record {
-	r := &kgo.Record{Topic: topic, Key: key, Value: m.Body}
-	r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+8)
+	r := new(kgo.Record)
+	var a arena
+	a.reserve(projectSize(m))
+	project(r, m, topic, key, &a)
+	return r
+}
+
+// project makes r the record of m, as Project, taking its headers and
+// their values from a.
+func project(r *kgo.Record, m *driver.Message, topic string, key []byte, a *arena) {
+	*r = kgo.Record{Topic: topic, Key: key, Value: m.Body}
+	headers, _ := projectSize(m)
+	r.Headers = a.headerRoom(headers)
 	for k, v := range m.Headers {
 		if isContract(k) {
 			continue
 		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: a.str(v)})
 	}
 	if e := m.Envelope; e != nil {
-		// The contract headers' values share one buffer: one allocation
-		// instead of one each.
-		buf := make([]byte, 0, len(e.URN)+len(e.TraceID)+len(e.Meta.ID)+len(e.Meta.Lang)+2*20)
-		str := func(s string) []byte {
-			start := len(buf)
-			buf = append(buf, s...)
-			return buf[start:len(buf):len(buf)]
-		}
-		num := func(n int) []byte {
-			start := len(buf)
-			buf = strconv.AppendInt(buf, int64(n), 10)
-			return buf[start:len(buf):len(buf)]
-		}
 		r.Headers = append(r.Headers,
-			kgo.RecordHeader{Key: HeaderJob, Value: str(e.URN)},
-			kgo.RecordHeader{Key: HeaderTraceID, Value: str(e.TraceID)},
-			kgo.RecordHeader{Key: HeaderMessageID, Value: str(e.Meta.ID)},
-			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: num(e.Meta.SchemaVersion)},
-			kgo.RecordHeader{Key: HeaderSourceLang, Value: str(e.Meta.Lang)},
-			kgo.RecordHeader{Key: HeaderAttempts, Value: num(e.Attempts)},
+			kgo.RecordHeader{Key: HeaderJob, Value: a.str(e.URN)},
+			kgo.RecordHeader{Key: HeaderTraceID, Value: a.str(e.TraceID)},
+			kgo.RecordHeader{Key: HeaderMessageID, Value: a.str(e.Meta.ID)},
+			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: a.num(e.Meta.SchemaVersion)},
+			kgo.RecordHeader{Key: HeaderSourceLang, Value: a.str(e.Meta.Lang)},
+			kgo.RecordHeader{Key: HeaderAttempts, Value: a.num(e.Attempts)},
 		)
 		r.Timestamp = time.UnixMilli(e.Meta.CreatedAt)
 	}
 	if dl := m.DeadLetter; dl != nil {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(dl.Reason)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: a.str(string(dl.Reason))})
 	}
-	return r
+}
+
+// projectSize is the room the record of m takes in an arena: its headers
+// (the extra ones, the contract's six, and room for the two that Sender
+// adds to a copy and the dead-letter reason) and their values' bytes.
+func projectSize(m *driver.Message) (headers, bytes int) {
+	headers = len(m.Headers) + 8
+	for k, v := range m.Headers {
+		if !isContract(k) {
+			bytes += len(v)
+		}
+	}
+	if e := m.Envelope; e != nil {
+		bytes += len(e.URN) + len(e.TraceID) + len(e.Meta.ID) + len(e.Meta.Lang) + 2*20
+	}
+	if dl := m.DeadLetter; dl != nil {
+		bytes += len(dl.Reason)
+	}
+	return headers, bytes
+}
+
+// arena hands out the record headers, and the bytes of their values, of a
+// batch of records from one allocation each, reserved ahead. What is asked
+// past the reserve is allocated on its own. Every slice handed out is capped
+// at its length, so nothing appended to it reaches the next.
+type arena struct {
+	headers []kgo.RecordHeader
+	bytes   []byte
+}
+
+// reserve makes room for headers headers and bytes bytes.
+func (a *arena) reserve(headers, bytes int) {
+	a.headers = make([]kgo.RecordHeader, 0, headers)
+	a.bytes = make([]byte, 0, bytes)
+}
+
+// headerRoom returns an empty header slice with room for n.
+func (a *arena) headerRoom(n int) []kgo.RecordHeader {
+	i := len(a.headers)
+	if cap(a.headers)-i < n {
+		return make([]kgo.RecordHeader, 0, n)
+	}
+	a.headers = a.headers[:i+n]
+	return a.headers[i : i : i+n]
+}
+
+// str returns a copy of s in the arena.
+func (a *arena) str(s string) []byte {
+	i := len(a.bytes)
+	if cap(a.bytes)-i < len(s) {
+		return []byte(s)
+	}
+	a.bytes = append(a.bytes, s...)
+	return a.bytes[i:len(a.bytes):len(a.bytes)]
+}
+
+// num returns the decimal text of n in the arena.
+func (a *arena) num(n int) []byte {
+	i := len(a.bytes)
+	if cap(a.bytes)-i < 20 {
+		return strconv.AppendInt(nil, int64(n), 10)
+	}
+	a.bytes = strconv.AppendInt(a.bytes, int64(n), 10)
+	return a.bytes[i:len(a.bytes):len(a.bytes)]
 }
 
 func isContract(name string) bool {

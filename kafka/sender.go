@@ -22,7 +22,7 @@ type Sender struct {
 	conn     *connWatch // nil for a client the caller passed in
 	own      bool
 	seeds    string
-	keyFunc  func(*driver.Message) []byte
+	keyFunc  func(*driver.Message) []byte // nil for m.Key
 	tiers    int
 	maxBytes int
 	now      func() time.Time
@@ -153,14 +153,6 @@ func newSender(cl *kgo.Client, cfg *senderConfig) *Sender {
 			s.seeds = strings.Join(ss, ",")
 		}
 	}
-	if s.keyFunc == nil {
-		s.keyFunc = func(m *driver.Message) []byte {
-			if m.Key == "" {
-				return nil
-			}
-			return []byte(m.Key)
-		}
-	}
 	return s
 }
 
@@ -188,13 +180,58 @@ func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - headerRoom }
 // timestamp plus the delay. A retry copy goes to its tier topic when tiers
 // are configured, and carries bq-original-topic, as do dead-letter copies.
 func (s *Sender) Record(m *driver.Message) *kgo.Record {
-	key := s.keyFunc(m)
+	r := new(kgo.Record)
+	var a arena
+	a.reserve(s.recordSize(m))
+	s.record(r, m, &a)
+	return r
+}
+
+// recordSize is the room the record of m takes in an arena: its projection
+// and the key, when the key is m.Key.
+func (s *Sender) recordSize(m *driver.Message) (headers, bytes int) {
+	headers, bytes = projectSize(m)
+	if s.keyFunc == nil {
+		bytes += len(m.Key)
+	}
+	return headers, bytes
+}
+
+// records returns the records of msgs: the records, their headers and the
+// bytes of the headers and keys in one allocation each.
+func (s *Sender) records(msgs []*driver.Message) []*kgo.Record {
+	var headers, bytes int
+	for _, m := range msgs {
+		h, b := s.recordSize(m)
+		headers, bytes = headers+h, bytes+b
+	}
+	var a arena
+	a.reserve(headers, bytes)
+	slab := make([]kgo.Record, len(msgs))
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		s.record(&slab[i], m, &a)
+		recs[i] = &slab[i]
+	}
+	return recs
+}
+
+// record makes r the record of m, as Record, taking its headers and bytes
+// from a.
+func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
+	var key []byte
+	switch {
+	case s.keyFunc != nil:
+		key = s.keyFunc(m)
+	case m.Key != "":
+		key = a.str(m.Key)
+	}
 	if m.Origin != nil && key == nil {
 		if t, ok := m.Origin.Token.(*token); ok {
 			key = t.s.rec.Key
 		}
 	}
-	r := Project(m, m.Queue, key)
+	project(r, m, m.Queue, key, a)
 	if m.Origin != nil {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(m.Origin.Queue)})
 	}
@@ -211,16 +248,12 @@ func (s *Sender) Record(m *driver.Message) *kgo.Record {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDelay, Value: strconv.AppendInt(nil, ms, 10)})
 		r.Timestamp = s.now()
 	}
-	return r
 }
 
 // Send produces msgs and waits until each is acknowledged by the broker. A
 // partial failure returns a *driver.BatchError.
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
-	recs := make([]*kgo.Record, len(msgs))
-	for i, m := range msgs {
-		recs[i] = s.Record(m)
-	}
+	recs := s.records(msgs)
 	errs := make([]error, len(msgs))
 	// Results arrive in completion order; index finds a failed record's
 	// message, built at the first failure.
@@ -245,8 +278,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 // are batched by the client (linger, batch size). Call Flush to wait for
 // everything in flight.
 func (s *Sender) SendAsync(ctx context.Context, msgs []*driver.Message, done func(i int, err error)) {
-	for i, m := range msgs {
-		r := s.Record(m)
+	for i, r := range s.records(msgs) {
 		s.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				err = s.produceErr(r, err)
