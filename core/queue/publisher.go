@@ -189,6 +189,10 @@ type Outgoing struct {
 
 var errNoEnvelope = errors.New("babelqueue: no envelope to publish")
 
+// maxBatchReserve bounds the room PublishBatch reserves for the bodies of a
+// batch from the size of its first: past it the buffer grows as it fills.
+const maxBatchReserve = 16 << 20
+
 // PublishBatch sends envelopes in one driver call (drivers batch natively:
 // SendMessageBatch, MessageBatch, produce batches). A partial failure returns
 // a *driver.BatchError whose entries line up with batch.
@@ -208,8 +212,11 @@ func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 			return fmt.Errorf("babelqueue: batch message %d: %w", i, err)
 		}
 		if i == 0 && len(batch) > 1 {
-			// Room for the rest at the first body's size and an eighth.
-			bodies = slices.Grow(bodies, len(bodies)*(len(batch)-1)*9/8)
+			// Room for the rest at the first body's size and an eighth, up
+			// to maxBatchReserve: a large first body must not reserve its
+			// size over again for every small one after it.
+			room := len(bodies) * (len(batch) - 1)
+			bodies = slices.Grow(bodies, min(room+room/8, maxBatchReserve))
 		}
 		cfg := publishOptions(o.Options)
 		p.fill(&slab[i], o.Envelope, bodies[start:], &cfg)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -134,5 +135,38 @@ func TestPublishBatchBodies(t *testing.T) {
 	_ = append(snd.msgs[0].Body, "garbage"...)
 	if want, _ := batch[1].Envelope.Encode(); !bytes.Equal(snd.msgs[1].Body, want) {
 		t.Error("appending to one body changed the next")
+	}
+}
+
+// TestPublishBatchLargeFirstBody: the room reserved for a batch's bodies
+// from the size of its first one is bounded, so a large first message
+// followed by many small ones costs about what the bodies take, not the
+// first body's size once for every message.
+func TestPublishBatchLargeFirstBody(t *testing.T) {
+	snd := &captureSender{}
+	p := queue.NewPublisher(snd)
+	batch := make([]queue.Outgoing, 2000)
+	for i := range batch {
+		note := "x"
+		if i == 0 {
+			note = strings.Repeat("x", 1<<20)
+		}
+		env, err := core.New(urn, map[string]string{"note": note}, core.WithQueue("q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = queue.Outgoing{Envelope: env}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := p.PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+		t.Errorf("a batch of one 1 MiB body and 1999 small ones allocated %d MiB", n>>20)
+	}
+	if len(snd.msgs) != len(batch) || len(snd.msgs[0].Body) < 1<<20 || len(snd.msgs[1999].Body) > 1<<10 {
+		t.Errorf("sent %d messages", len(snd.msgs))
 	}
 }
