@@ -196,6 +196,11 @@ const maxBatchReserve = 16 << 20
 // PublishBatch sends envelopes in one driver call (drivers batch natively:
 // SendMessageBatch, MessageBatch, produce batches). A partial failure returns
 // a *driver.BatchError whose entries line up with batch.
+//
+// The batch costs a fixed handful of allocations, however long it is: its
+// driver messages share one, and its bodies one buffer (each body capped at
+// its length, so appending to one never reaches the next). A driver that
+// keeps one body after Send keeps the batch's buffer alive with it.
 func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 	// The batch's messages share one allocation, and so do its bodies: a
 	// batch of n costs a handful of allocations, not 2n.
