@@ -41,8 +41,7 @@ func Project(m *driver.Message, topic string, key []byte) *kgo.Record {
 // their values from a.
 func project(r *kgo.Record, m *driver.Message, topic string, key []byte, a *arena) {
 	*r = kgo.Record{Topic: topic, Key: key, Value: m.Body}
-	headers, _ := projectSize(m)
-	r.Headers = a.headerRoom(headers)
+	r.Headers = a.headerRoom(len(m.Headers) + addedHeaders)
 	for k, v := range m.Headers {
 		if isContract(k) {
 			continue
@@ -65,11 +64,16 @@ func project(r *kgo.Record, m *driver.Message, topic string, key []byte, a *aren
 	}
 }
 
+// addedHeaders is the room a record's headers have past the message's
+// own: the contract's six, and the two that Sender adds to a retry copy
+// (bq-original-topic, bq-delay) or a dead-letter copy (bq-original-topic,
+// the reason).
+const addedHeaders = 8
+
 // projectSize is the room the record of m takes in an arena: its headers
-// (the extra ones, the contract's six, and room for the two that Sender
-// adds to a copy and the dead-letter reason) and their values' bytes.
+// and their values' bytes.
 func projectSize(m *driver.Message) (headers, bytes int) {
-	headers = len(m.Headers) + 8
+	headers = len(m.Headers) + addedHeaders
 	for k, v := range m.Headers {
 		if !isContract(k) {
 			bytes += len(v)
