@@ -97,10 +97,16 @@ type arena struct {
 	bytes   []byte
 }
 
-// reserve makes room for headers headers and bytes bytes.
+// reserve makes room for headers headers and bytes bytes, reusing what a
+// holds when it is large enough.
 func (a *arena) reserve(headers, bytes int) {
-	a.headers = make([]kgo.RecordHeader, 0, headers)
-	a.bytes = make([]byte, 0, bytes)
+	if cap(a.headers) < headers {
+		a.headers = make([]kgo.RecordHeader, 0, headers)
+	}
+	if cap(a.bytes) < bytes {
+		a.bytes = make([]byte, 0, bytes)
+	}
+	a.headers, a.bytes = a.headers[:0], a.bytes[:0]
 }
 
 // headerRoom returns an empty header slice with room for n.

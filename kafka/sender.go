@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/babelqueue/transports/core/driver"
@@ -26,6 +27,7 @@ type Sender struct {
 	tiers    int
 	maxBytes int
 	now      func() time.Time
+	batches  sync.Pool // of *recordBatch, for Send
 }
 
 // SenderOption configures a Sender.
@@ -200,20 +202,64 @@ func (s *Sender) recordSize(m *driver.Message) (headers, bytes int) {
 // records returns the records of msgs: the records, their headers and the
 // bytes of the headers and keys in one allocation each.
 func (s *Sender) records(msgs []*driver.Message) []*kgo.Record {
+	var b recordBatch
+	s.build(&b, msgs)
+	return b.recs
+}
+
+// recordBatch is the memory the records of one batch are built in: the
+// records, the slice of pointers to them, and the arena of their headers
+// and bytes. Send takes one from its Sender's pool and puts it back once
+// ProduceSync returned: by then franz-go has called the promise of every
+// record and holds none of them, so the next Send may build over them.
+type recordBatch struct {
+	recs  []*kgo.Record
+	slab  []kgo.Record
+	arena arena
+}
+
+// maxPooledRecords and maxPooledBytes bound the batches Send keeps for
+// reuse: a larger one is left to the garbage collector, so that one large
+// batch does not stay pinned in the pool (a record takes about 0.5 KB with
+// its headers).
+const (
+	maxPooledRecords = 16 << 10
+	maxPooledBytes   = 4 << 20
+)
+
+// build makes b hold the records of msgs, reusing b's memory where it is
+// large enough.
+func (s *Sender) build(b *recordBatch, msgs []*driver.Message) {
 	var headers, bytes int
 	for _, m := range msgs {
-		h, b := s.recordSize(m)
-		headers, bytes = headers+h, bytes+b
+		h, n := s.recordSize(m)
+		headers, bytes = headers+h, bytes+n
 	}
-	var a arena
-	a.reserve(headers, bytes)
-	slab := make([]kgo.Record, len(msgs))
-	recs := make([]*kgo.Record, len(msgs))
+	b.arena.reserve(headers, bytes)
+	if cap(b.slab) < len(msgs) {
+		b.slab = make([]kgo.Record, len(msgs))
+		b.recs = make([]*kgo.Record, len(msgs))
+	}
+	b.slab, b.recs = b.slab[:len(msgs)], b.recs[:len(msgs)]
 	for i, m := range msgs {
-		s.record(&slab[i], m, &a)
-		recs[i] = &slab[i]
+		s.record(&b.slab[i], m, &b.arena)
+		b.recs[i] = &b.slab[i]
 	}
-	return recs
+}
+
+// release drops what b's records refer to (bodies, contexts, header names)
+// and returns b to the pool, unless it is too large to keep.
+func (s *Sender) release(b *recordBatch) {
+	clear(b.slab)
+	clear(b.arena.headers)
+	if b.poolable() {
+		s.batches.Put(b)
+	}
+}
+
+// poolable reports whether b is small enough to keep for reuse.
+func (b *recordBatch) poolable() bool {
+	return cap(b.slab) <= maxPooledRecords && cap(b.arena.bytes) <= maxPooledBytes
 }
 
 // record makes r the record of m, as Record, taking its headers and bytes
@@ -253,14 +299,21 @@ func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
 // Send produces msgs and waits until each is acknowledged by the broker. A
 // partial failure returns a *driver.BatchError.
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
-	recs := s.records(msgs)
-	errs := make([]error, len(msgs))
+	b, _ := s.batches.Get().(*recordBatch)
+	if b == nil {
+		b = new(recordBatch)
+	}
+	defer s.release(b)
+	s.build(b, msgs)
+	recs := b.recs
 	// Results arrive in completion order; index finds a failed record's
-	// message, built at the first failure.
+	// message, built at the first failure, as are errs.
+	var errs []error
 	var index map[*kgo.Record]int
 	for _, r := range s.cl.ProduceSync(ctx, recs...) {
 		if r.Err != nil {
 			if index == nil {
+				errs = make([]error, len(recs))
 				index = make(map[*kgo.Record]int, len(recs))
 				for i, rec := range recs {
 					index[rec] = i

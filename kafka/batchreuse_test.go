@@ -1,0 +1,163 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/babelqueue/transports/core/driver"
+	"github.com/babelqueue/transports/core/drivertest"
+)
+
+// TestSendReusesBatchMemory: Send builds each batch's records over the
+// memory of an earlier batch once that batch's ProduceSync returned. Batches
+// of other sizes, header counts and keys, sent from several goroutines at
+// once, must still each arrive as the record Record builds alone; a record
+// franz-go still held when Send returned would show here as another
+// message's value, key or headers (and to the race detector as a race).
+func TestSendReusesBatchMemory(t *testing.T) {
+	topic := newTopics(t, 4)
+	snd := newTestSender(t)
+	const senders, rounds = 4, 6
+	want := map[string]*kgo.Record{} // by message ID
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			for r := range rounds {
+				n := 1 + (g*rounds+r)*37%150 // 1 to 150, different every round
+				msgs := make([]*driver.Message, n)
+				for i := range msgs {
+					m := drivertest.SizedMessage(t, testURN, topic, 250+i*(r+1))
+					if (i+r)%2 == 0 {
+						m.Key = fmt.Sprint("customer-", g, "-", i%5)
+					}
+					if (i+g)%3 == 0 {
+						m.Headers = map[string]string{"traceparent": fmt.Sprint("00-", g, r, i), "tenant": "t" + fmt.Sprint(r)}
+					}
+					msgs[i] = m
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					want[m.Envelope.Meta.ID] = snd.Record(m)
+				}
+				mu.Unlock()
+				if err := snd.Send(t.Context(), msgs); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := 0
+	for got < len(want) && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachError(func(_ string, _ int32, err error) {
+			if ctx.Err() == nil {
+				t.Error(err)
+			}
+		})
+		fs.EachRecord(func(rec *kgo.Record) {
+			got++
+			id, _ := header(rec, HeaderMessageID)
+			w, ok := want[id]
+			switch {
+			case !ok:
+				t.Errorf("record with message ID %q was never sent", id)
+			case !bytes.Equal(rec.Value, w.Value) || !bytes.Equal(rec.Key, w.Key) ||
+				!rec.Timestamp.Equal(w.Timestamp) || !sameHeaderSet(rec.Headers, w.Headers):
+				t.Errorf("message %s arrived as\n %q key %q %v\nwant\n %q key %q %v",
+					id, rec.Value, rec.Key, rec.Headers, w.Value, w.Key, w.Headers)
+			}
+		})
+	}
+	if got != len(want) {
+		t.Fatalf("read %d records, sent %d", got, len(want))
+	}
+}
+
+// TestReleaseDropsReferences: a batch kept for reuse refers to none of the
+// bodies, contexts or header names of the messages it was built for, and
+// rebuilding it for a batch no larger allocates nothing.
+func TestReleaseDropsReferences(t *testing.T) {
+	msgs := make([]*driver.Message, 50)
+	for i := range msgs {
+		msgs[i] = drivertest.SizedMessage(t, testURN, "orders", 300+i)
+		msgs[i].Key = fmt.Sprint("k", i)
+		msgs[i].Headers = map[string]string{"traceparent": "00-abc"}
+	}
+	s := &Sender{now: time.Now}
+	b := new(recordBatch)
+	s.build(b, msgs)
+	for i := range b.recs {
+		b.recs[i].Context = t.Context() // as franz-go sets it in Produce
+	}
+	s.release(b)
+	for i := range b.slab {
+		if !reflect.ValueOf(b.slab[i]).IsZero() {
+			t.Fatalf("record %d still set after release: %+v", i, b.slab[i])
+		}
+	}
+	for i, h := range b.arena.headers[:cap(b.arena.headers)] {
+		if h.Key != "" || h.Value != nil {
+			t.Fatalf("header %d still set after release: %+v", i, h)
+		}
+	}
+	if raceEnabled {
+		return // allocation counts are not meaningful under the race detector
+	}
+	if n := testing.AllocsPerRun(50, func() { s.build(b, msgs[:40]); s.release(b) }); n != 0 {
+		t.Errorf("rebuilding a released batch takes %v allocations, want 0", n)
+	}
+}
+
+// TestLargeBatchesAreNotPooled: a batch of more than maxPooledRecords
+// records, or with more than maxPooledBytes of header values and keys, is
+// left to the garbage collector rather than pinned in the pool.
+func TestLargeBatchesAreNotPooled(t *testing.T) {
+	for _, c := range []struct {
+		records, bytes int
+		want           bool
+	}{
+		{1, 64, true},
+		{maxPooledRecords, maxPooledBytes, true},
+		{maxPooledRecords + 1, 64, false},
+		{1, maxPooledBytes + 1, false},
+	} {
+		b := &recordBatch{slab: make([]kgo.Record, 0, c.records), arena: arena{bytes: make([]byte, 0, c.bytes)}}
+		if got := b.poolable(); got != c.want {
+			t.Errorf("%d records, %d bytes: poolable = %v, want %v", c.records, c.bytes, got, c.want)
+		}
+	}
+}
+
+// sameHeaderSet is sameHeaders in any order: a message's own headers come
+// from a map, so two records built for it may list them differently.
+func sameHeaderSet(a, b []kgo.RecordHeader) bool {
+	byKey := func(x, y kgo.RecordHeader) int { return strings.Compare(x.Key, y.Key) }
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortStableFunc(a, byKey)
+	slices.SortStableFunc(b, byKey)
+	return sameHeaders(a, b)
+}
