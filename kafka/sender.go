@@ -298,6 +298,10 @@ func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
 
 // Send produces msgs and waits until each is acknowledged by the broker. A
 // partial failure returns a *driver.BatchError.
+//
+// Once every record's promise has run, Send builds a later batch over the
+// same records: a franz-go hook added with WithClientOptions must not keep
+// a *kgo.Record past its OnProduceRecordUnbuffered call.
 func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	b, _ := s.batches.Get().(*recordBatch)
 	if b == nil {
