@@ -53,9 +53,9 @@ func project(r *kgo.Record, m *driver.Message, topic string, key []byte, a *aren
 			kgo.RecordHeader{Key: HeaderJob, Value: a.str(e.URN)},
 			kgo.RecordHeader{Key: HeaderTraceID, Value: a.str(e.TraceID)},
 			kgo.RecordHeader{Key: HeaderMessageID, Value: a.str(e.Meta.ID)},
-			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: a.num(e.Meta.SchemaVersion)},
+			kgo.RecordHeader{Key: HeaderSchemaVersion, Value: a.num(int64(e.Meta.SchemaVersion))},
 			kgo.RecordHeader{Key: HeaderSourceLang, Value: a.str(e.Meta.Lang)},
-			kgo.RecordHeader{Key: HeaderAttempts, Value: a.num(e.Attempts)},
+			kgo.RecordHeader{Key: HeaderAttempts, Value: a.num(int64(e.Attempts))},
 		)
 		r.Timestamp = time.UnixMilli(e.Meta.CreatedAt)
 	}
@@ -130,12 +130,12 @@ func (a *arena) str(s string) []byte {
 }
 
 // num returns the decimal text of n in the arena.
-func (a *arena) num(n int) []byte {
+func (a *arena) num(n int64) []byte {
 	i := len(a.bytes)
 	if cap(a.bytes)-i < 20 {
-		return strconv.AppendInt(nil, int64(n), 10)
+		return strconv.AppendInt(nil, n, 10)
 	}
-	a.bytes = strconv.AppendInt(a.bytes, int64(n), 10)
+	a.bytes = strconv.AppendInt(a.bytes, n, 10)
 	return a.bytes[i:len(a.bytes):len(a.bytes)]
 }
 

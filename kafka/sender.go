@@ -189,12 +189,19 @@ func (s *Sender) Record(m *driver.Message) *kgo.Record {
 	return r
 }
 
-// recordSize is the room the record of m takes in an arena: its projection
-// and the key, when the key is m.Key.
+// recordSize is the room the record of m takes in an arena: its
+// projection, the key when the key is m.Key, and the values of
+// bq-original-topic and bq-delay when record adds them.
 func (s *Sender) recordSize(m *driver.Message) (headers, bytes int) {
 	headers, bytes = projectSize(m)
 	if s.keyFunc == nil {
 		bytes += len(m.Key)
+	}
+	if m.Origin != nil {
+		bytes += len(m.Origin.Queue)
+	}
+	if m.Origin != nil || m.Delay > 0 {
+		bytes += 20
 	}
 	return headers, bytes
 }
@@ -279,7 +286,7 @@ func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
 	}
 	project(r, m, m.Queue, key, a)
 	if m.Origin != nil {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(m.Origin.Queue)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalTopic, Value: a.str(m.Origin.Queue)})
 	}
 	retry := m.Origin != nil && m.DeadLetter == nil && m.Envelope != nil
 	if retry && s.tiers > 0 {
@@ -291,7 +298,7 @@ func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
 		if m.Delay > 0 && ms == 0 {
 			ms = 1 // a delay asked for is a delay kept
 		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDelay, Value: strconv.AppendInt(nil, ms, 10)})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderDelay, Value: a.num(ms)})
 		r.Timestamp = s.now()
 	}
 }
