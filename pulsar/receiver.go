@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -87,6 +88,10 @@ type Receiver struct {
 	cfg      config
 	pollWait time.Duration
 
+	// held counts the messages held for their delay: waiting on a timer
+	// or due and in ready.
+	held atomic.Int64
+
 	mu     sync.Mutex
 	closed bool
 	ready  []pulsar.Message         // held messages now due
@@ -124,9 +129,31 @@ func WithBacklog(n int) ReceiverOption {
 	return receiverOption(func(c *config) { c.backlog = max(n, 0) })
 }
 
+// DefaultMaxHeld is how many messages a Receiver holds in memory for
+// their delay unless WithMaxHeld says otherwise.
+const DefaultMaxHeld = 1000
+
+// WithMaxHeld bounds the messages the Receiver holds in memory until their
+// bq-delay is due (default DefaultMaxHeld). Past it, Receive takes no more
+// messages from the consumer until a held one is due and handed out: the
+// client's receiver queue fills up, and the broker stops dispatching to
+// this consumer meanwhile, so a burst of delayed retries cannot take the
+// process's memory. On a Shared or Key_Shared subscription the broker
+// keeps a DeliverAfter message itself, and only one due within its
+// delayed-delivery tick reaches the Receiver early; on a Failover or
+// Exclusive subscription the broker delivers every delayed message at
+// once, and each is held here for its whole delay.
+func WithMaxHeld(n int) ReceiverOption {
+	return receiverOption(func(c *config) {
+		if n > 0 {
+			c.maxHeld = n
+		}
+	})
+}
+
 // NewReceiver subscribes to the topic of queue as subscription.
 func NewReceiver(client pulsar.Client, queue, subscription string, opts ...ReceiverOption) (*Receiver, error) {
-	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest, backlog: DefaultBacklog}
+	cfg := config{subType: pulsar.Shared, position: pulsar.SubscriptionPositionEarliest, backlog: DefaultBacklog, maxHeld: DefaultMaxHeld}
 	for _, o := range opts {
 		o.applyReceiver(&cfg)
 	}
@@ -179,6 +206,8 @@ func (r *Receiver) Capabilities() driver.Capabilities {
 
 // Receive implements driver.Receiver: it waits up to half a second for one
 // message, then takes whatever else the consumer has buffered, up to max.
+// While WithMaxHeld messages are held for their delay, it waits for one of
+// them to be due instead.
 func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
 	r.mu.Lock()
 	closed := r.closed
@@ -193,8 +222,12 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	defer cancel()
 	var ds []*driver.Delivery
 	for len(ds) == 0 {
+		in := r.consumer.Chan()
+		if r.holdsFull() {
+			in = nil // only a held message that is due can come now
+		}
 		select {
-		case cm, ok := <-r.consumer.Chan():
+		case cm, ok := <-in:
 			if !ok {
 				return nil, driver.ErrClosed
 			}
@@ -210,7 +243,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 			return nil, nil
 		}
 	}
-	for len(ds) < max {
+	for len(ds) < max && !r.holdsFull() {
 		select {
 		case cm, ok := <-r.consumer.Chan():
 			if !ok {
@@ -227,11 +260,15 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	return ds, nil
 }
 
+// holdsFull reports whether WithMaxHeld messages are held for their delay.
+func (r *Receiver) holdsFull() bool { return r.held.Load() >= int64(r.cfg.maxHeld) }
+
 // admit returns the delivery of msg, or holds msg (returning nil) when it
 // carries a bq-delay that has not passed yet.
 func (r *Receiver) admit(msg pulsar.Message) *driver.Delivery {
 	due, ok := dueAt(msg)
 	if wait := time.Until(due); ok && wait > 0 {
+		r.held.Add(1)
 		r.after(wait, func() {
 			r.mu.Lock()
 			r.ready = append(r.ready, msg)
@@ -277,7 +314,9 @@ func (r *Receiver) takeReady(max int) []*driver.Delivery {
 	for i, msg := range r.ready[:n] {
 		ds[i] = r.delivery(msg)
 	}
+	clear(r.ready[:n]) // handed out: the array keeps no message alive
 	r.ready = r.ready[n:]
+	r.held.Add(int64(-n))
 	return ds
 }
 

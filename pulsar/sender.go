@@ -46,6 +46,7 @@ type config struct {
 	dlq          *pulsar.DLQPolicy
 	consumerOpts func(*pulsar.ConsumerOptions)
 	backlog      int // driver.Capabilities.Backlog of a Receiver
+	maxHeld      int // messages a Receiver holds for their delay
 }
 
 // WithTopicPrefix maps a logical queue to prefix + queue, for example

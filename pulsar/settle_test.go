@@ -368,3 +368,68 @@ func TestWatchDiscards(t *testing.T) {
 type writerFunc func(p []byte)
 
 func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// On a Failover subscription the broker delivers a DeliverAfter message at
+// once, and the Receiver holds it in memory until its bq-delay is due.
+// WithMaxHeld bounds what it holds: past it, Receive takes nothing more
+// from the consumer until a held message is due. Every message still
+// arrives, and none before its delay.
+func TestHeldMessagesAreBounded(t *testing.T) {
+	client := newClient(t)
+	topic := newTopic(t)
+	snd := NewSender(client)
+	defer snd.Close(context.Background())
+	const n, maxHeld, delay = 120, 10, 1500 * time.Millisecond
+	r, err := NewReceiver(client, topic, "held", WithSubscriptionType(pulsar.Failover), WithMaxHeld(maxHeld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	batch := make([]queue.Outgoing, n)
+	for i := range batch {
+		env, err := core.New(testURN, map[string]int{"i": i}, core.WithQueue(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithDelay(delay)}}
+	}
+	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	most := int64(0)
+	deadline := time.Now().Add(60 * time.Second)
+	for len(seen) < n && time.Now().Before(deadline) {
+		ds, err := r.Receive(context.Background(), 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, r.held.Load())
+		for _, d := range ds {
+			var msg pulsar.Message
+			if !d.As(&msg) {
+				t.Fatal("a delivery's As gives no pulsar.Message")
+			}
+			if due, _ := dueAt(msg); time.Now().Before(due) {
+				t.Errorf("message %s delivered %v before its delay was due", d.Position, time.Until(due))
+			}
+			env, err := core.Decode(d.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[env.Meta.ID] = true
+			if err := r.Ack(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d of %d messages delivered", len(seen), n)
+	}
+	if most > maxHeld {
+		t.Errorf("the Receiver held up to %d messages for their delay; WithMaxHeld(%d)", most, maxHeld)
+	}
+	if most == 0 {
+		t.Error("no message was held: the subscription delivered them late, and the test shows nothing")
+	}
+}
