@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,12 +45,27 @@ var entryIDs = [MaxBatch]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"
 // dead-letter copy.
 var ErrTooLarge = fmt.Errorf("babelqueue/sqs: message exceeds the 256 KiB SQS limit: %w", driver.ErrTooLarge)
 
+// MaxDelay is the longest delay SQS keeps for a message it is sent
+// (DelaySeconds, 15 minutes).
+const MaxDelay = 15 * time.Minute
+
+// ErrDelayUnsupported reports a delayed message SQS cannot keep the delay
+// of: more than MaxDelay, or a delay asked for at publish on a FIFO queue,
+// which takes no per-message delay (SQS's own API refuses both). A retry
+// copy (queue.RetryRepublish) delayed past MaxDelay is refused too: the
+// runtime then releases the message it failed to copy, and SQS keeps the
+// delay as its visibility timeout (up to 12 hours).
+var ErrDelayUnsupported = errors.New("babelqueue/sqs: SQS cannot keep the delay asked for")
+
 // seconds rounds a delay up to whole seconds, the unit of SQS visibility
 // timeouts and delays: a 500ms backoff becomes 1s, never 0 (which would
-// redeliver at once).
+// redeliver at once). A delay past what an int32 holds saturates.
 func seconds(d time.Duration) int32 {
-	if d <= 0 {
+	switch {
+	case d <= 0:
 		return 0
+	case d > math.MaxInt32*time.Second:
+		return math.MaxInt32
 	}
 	return int32((d + time.Second - 1) / time.Second)
 }

@@ -227,13 +227,22 @@ func (s *Sender) Input(m *driver.Message) (*awssqs.SendMessageInput, error) {
 		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, n)
 	}
 	in := &awssqs.SendMessageInput{MessageBody: aws.String(body), MessageAttributes: attrs}
-	if IsFIFO(m.Queue) {
+	switch {
+	case IsFIFO(m.Queue):
+		// A FIFO queue takes no per-message delay. A retry copy (the
+		// runtime's RetryRepublish) goes to the back of its group at once;
+		// a delay asked for at publish is refused, as SQS refuses it.
+		if m.Delay > 0 && m.Origin == nil {
+			return nil, fmt.Errorf("%w: FIFO queue %s takes no per-message delay (asked for %v)", ErrDelayUnsupported, m.Queue, m.Delay)
+		}
 		in.MessageGroupId = aws.String(s.group(m))
 		if !s.cfg.contentDedup {
 			in.MessageDeduplicationId = aws.String(dedupID(m))
 		}
-	} else if m.Delay > 0 {
-		in.DelaySeconds = min(seconds(m.Delay), 900)
+	case m.Delay > MaxDelay:
+		return nil, fmt.Errorf("%w: a delay of %v is more than the %v SQS keeps (queue %s)", ErrDelayUnsupported, m.Delay, MaxDelay, m.Queue)
+	default:
+		in.DelaySeconds = seconds(m.Delay)
 	}
 	return in, nil
 }

@@ -3,15 +3,18 @@ package sqs
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
@@ -28,10 +31,100 @@ func queueURL(t *testing.T, q string) string {
 
 func TestSecondsRoundUp(t *testing.T) {
 	for d, want := range map[time.Duration]int32{0: 0, -time.Second: 0, time.Millisecond: 1, 500 * time.Millisecond: 1,
-		time.Second: 1, 1001 * time.Millisecond: 2, 90 * time.Second: 90} {
+		time.Second: 1, 1001 * time.Millisecond: 2, 90 * time.Second: 90, MaxDelay: 900,
+		math.MaxInt32 * time.Second: math.MaxInt32, math.MaxInt64: math.MaxInt32} {
 		if got := seconds(d); got != want {
 			t.Errorf("seconds(%v) = %d, want %d", d, got, want)
 		}
+	}
+}
+
+// A delay SQS cannot keep is refused, as SQS's own API refuses it, rather
+// than shortened to 15 minutes (a standard queue) or dropped (a FIFO
+// queue); a FIFO retry copy goes to the back of its group undelayed.
+func TestDelaysSQSCannotKeepAreRefused(t *testing.T) {
+	snd := &Sender{}
+	env, err := core.New(testURN, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := env.Encode()
+	for _, c := range []struct {
+		name  string
+		m     driver.Message
+		err   bool
+		delay int32
+	}{
+		{"standard/15m", driver.Message{Queue: "q", Delay: MaxDelay}, false, 900},
+		{"standard/1.5s", driver.Message{Queue: "q", Delay: 1500 * time.Millisecond}, false, 2},
+		{"standard/15m1s", driver.Message{Queue: "q", Delay: MaxDelay + time.Second}, true, 0},
+		{"standard/retry-copy/1h", driver.Message{Queue: "q", Delay: time.Hour, Origin: &driver.Delivery{}}, true, 0},
+		{"fifo/publish/1s", driver.Message{Queue: "q.fifo", Delay: time.Second}, true, 0},
+		{"fifo/publish/none", driver.Message{Queue: "q.fifo"}, false, 0},
+		{"fifo/retry-copy/1s", driver.Message{Queue: "q.fifo", Delay: time.Second, Origin: &driver.Delivery{}}, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := c.m
+			m.Envelope, m.Body = env, body
+			in, err := snd.Input(&m)
+			if c.err {
+				if !errors.Is(err, ErrDelayUnsupported) {
+					t.Fatalf("err = %v, want ErrDelayUnsupported", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.DelaySeconds != c.delay {
+				t.Errorf("DelaySeconds = %d, want %d", in.DelaySeconds, c.delay)
+			}
+		})
+	}
+}
+
+// A retry copy delayed past MaxDelay (queue.RetryRepublish with a
+// 20-minute backoff) cannot be published: the runtime releases the message
+// instead, and SQS keeps it invisible for the whole backoff. Before, the
+// copy was published with its delay cut to 15 minutes and the original
+// deleted.
+func TestLongRepublishBackoffIsKeptByVisibility(t *testing.T) {
+	q := newQueue(t, false)
+	snd := NewSender(client(t))
+	publish(t, snd, q, nil)
+	r := newTestReceiver(t, q)
+	defer r.Close(context.Background())
+	var runs atomic.Int32
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return errors.New("fails")
+	}, queue.WithRetryMode(queue.RetryRepublish), queue.WithBackoff(queue.Constant(20*time.Minute)))
+	drivertest.WaitUntil(t, 15*time.Second, "the first run", func() bool { return runs.Load() == 1 })
+	api := client(t)
+	counts := func() (visible, inFlight, delayed string) {
+		out, err := api.GetQueueAttributes(context.Background(), &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(queueURL(t, q)),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages,
+				types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := out.Attributes
+		return a[string(types.QueueAttributeNameApproximateNumberOfMessages)], a[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)],
+			a[string(types.QueueAttributeNameApproximateNumberOfMessagesDelayed)]
+	}
+	// The release is asynchronous to the handler: wait for the message to
+	// settle where it will stay.
+	drivertest.WaitUntil(t, 10*time.Second, "the message released", func() bool {
+		v, f, d := counts()
+		return v == "0" && f == "1" && d == "0"
+	})
+	time.Sleep(2 * time.Second)
+	_ = stop()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times within seconds of a 20-minute backoff", n)
+	}
+	if v, f, d := counts(); v != "0" || f != "1" || d != "0" {
+		t.Errorf("queue: %s visible, %s in flight, %s delayed; want the one message in flight (released for 20 minutes), no copy", v, f, d)
 	}
 }
 
