@@ -89,7 +89,7 @@ type Receiver struct {
 	pollWait time.Duration
 
 	// held counts the messages held for their delay: waiting on a timer
-	// or due and in ready.
+	// or due and in ready, or waiting out a Release's delay.
 	held atomic.Int64
 
 	mu     sync.Mutex
@@ -134,8 +134,10 @@ func WithBacklog(n int) ReceiverOption {
 const DefaultMaxHeld = 1000
 
 // WithMaxHeld bounds the messages the Receiver holds in memory until their
-// bq-delay is due (default DefaultMaxHeld). Past it, Receive takes no more
-// messages from the consumer until a held one is due and handed out: the
+// bq-delay is due, or until it negatively acknowledges them once the delay
+// of a Release has passed (WithNativeRetry), together (default
+// DefaultMaxHeld). Past it, Receive takes no more messages from the
+// consumer until a held one is due and handed out or nacked: the
 // client's receiver queue fills up, and the broker stops dispatching to
 // this consumer meanwhile, so a burst of delayed retries cannot take the
 // process's memory. On a Shared or Key_Shared subscription the broker
@@ -234,7 +236,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 			if d := r.admit(cm.Message); d != nil {
 				ds = append(ds, d)
 			}
-		case <-r.wake:
+		case <-r.wake: // a held message is due, or a delayed nack went out
 			ds = r.takeReady(max)
 		case <-pctx.Done():
 			if ctx.Err() != nil {
@@ -273,14 +275,19 @@ func (r *Receiver) admit(msg pulsar.Message) *driver.Delivery {
 			r.mu.Lock()
 			r.ready = append(r.ready, msg)
 			r.mu.Unlock()
-			select {
-			case r.wake <- struct{}{}:
-			default:
-			}
+			r.notify()
 		})
 		return nil
 	}
 	return r.delivery(msg)
+}
+
+// notify wakes a Receive waiting for a held message.
+func (r *Receiver) notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
 // after runs fn after d unless the Receiver is closed first.
@@ -383,7 +390,12 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 		r.consumer.Nack(tok.msg)
 		return nil
 	}
-	r.after(delay, func() { r.consumer.Nack(tok.msg) })
+	r.held.Add(1)
+	r.after(delay, func() {
+		r.consumer.Nack(tok.msg)
+		r.held.Add(-1)
+		r.notify() // a Receive waiting on WithMaxHeld may go on
+	})
 	return nil
 }
 
