@@ -28,6 +28,7 @@ type config struct {
 	renewEvery          time.Duration
 	maxRenewal          time.Duration
 	pollWait            time.Duration
+	maxHeld             int // delayed abandons a Receiver holds at once
 	logger              *slog.Logger
 
 	// sessions (SessionReceiver only)
@@ -38,7 +39,7 @@ type config struct {
 
 func newConfig(opts []ReceiverOption) config {
 	cfg := config{
-		renewAuto: true, maxRenewal: time.Hour, pollWait: time.Second,
+		renewAuto: true, maxRenewal: time.Hour, pollWait: time.Second, maxHeld: DefaultMaxHeld,
 		maxSessions: 8, sessionIdle: 2 * time.Second,
 	}
 	for _, o := range opts {
@@ -99,6 +100,24 @@ func WithMaxLockRenewal(d time.Duration) ReceiverOption { return func(c *config)
 // (default 1s).
 func WithPollWait(d time.Duration) ReceiverOption { return func(c *config) { c.pollWait = d } }
 
+// DefaultMaxHeld is how many messages a Receiver holds locked for the
+// delay of a Release unless WithMaxHeld says otherwise.
+const DefaultMaxHeld = 1000
+
+// WithMaxHeld bounds the messages a Receiver holds locked (renewing their
+// locks) while it waits out the delay of a Release before abandoning them
+// (default DefaultMaxHeld). Past it, Receive takes no more messages until
+// one of them is abandoned, so a burst of failing messages retried with a
+// backoff cannot pile up locks to renew and memory without bound. A
+// SessionReceiver holds at most one such message a session.
+func WithMaxHeld(n int) ReceiverOption {
+	return func(c *config) {
+		if n > 0 {
+			c.maxHeld = n
+		}
+	}
+}
+
 // WithLogger logs lock-renewal problems to l (default slog.Default()).
 func WithLogger(l *slog.Logger) ReceiverOption { return func(c *config) { c.logger = l } }
 
@@ -112,6 +131,7 @@ type Receiver struct {
 	mu          sync.Mutex
 	outstanding map[*token]struct{}
 	delayed     map[*time.Timer]struct{} // abandons waiting out their delay
+	abandoned   chan struct{}            // a delayed abandon went out
 	closed      bool
 	stop, done  chan struct{}
 }
@@ -141,7 +161,7 @@ func NewReceiver(client *azservicebus.Client, queue string, opts ...ReceiverOpti
 		return nil, fmt.Errorf("babelqueue/azureservicebus: receiver for %s: %w", queue, err)
 	}
 	r := &Receiver{rcv: rcv, queue: queue, cfg: cfg, outstanding: map[*token]struct{}{},
-		delayed: map[*time.Timer]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+		delayed: map[*time.Timer]struct{}{}, abandoned: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go r.renewLoop()
 	return r, nil
 }
@@ -176,15 +196,28 @@ func (r *Receiver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{NativeRetry: true, Delay: true, NativeDeadLetter: true}
 }
 
-// Receive implements driver.Receiver.
+// Receive implements driver.Receiver. While WithMaxHeld messages wait out
+// the delay of a Release, it waits (up to the poll wait) for one of them to
+// be abandoned before it receives more.
 func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, driver.ErrClosed
-	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait)
+	defer cancel()
+	for {
+		r.mu.Lock()
+		closed, full := r.closed, len(r.delayed) >= r.cfg.maxHeld
+		r.mu.Unlock()
+		if closed {
+			return nil, driver.ErrClosed
+		}
+		if !full {
+			break
+		}
+		select {
+		case <-r.abandoned:
+		case <-pctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	msgs, err := r.rcv.ReceiveMessages(pctx, max, nil)
 	cancel()
 	if err != nil && len(msgs) == 0 {
@@ -276,6 +309,12 @@ func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.D
 		if !live {
 			return
 		}
+		defer func() { // after the abandon: a Receive waiting on WithMaxHeld may go on
+			select {
+			case r.abandoned <- struct{}{}:
+			default:
+			}
+		}()
 		if _, err := r.take(d); err != nil {
 			r.cfg.logger.Warn("babelqueue/azureservicebus: delayed abandon: the lock was lost; the message comes back when it expires",
 				slog.String("queue", r.queue), slog.Any("error", err))
