@@ -44,7 +44,8 @@ func WithHeartbeat(d time.Duration) ReceiverOption {
 }
 
 // WithMaxExtension bounds how long the heartbeat keeps one message invisible
-// (default 1h; SQS allows 12h); after that it is redelivered.
+// (default 1h; SQS allows MaxVisibility, 12h from the receipt, and the
+// heartbeat stops within it whatever d says); after that it is redelivered.
 func WithMaxExtension(d time.Duration) ReceiverOption {
 	return receiverOption(func(c *config) { c.maxExtension = d })
 }
@@ -505,9 +506,15 @@ func (r *Receiver) deleteBatch(batch []*ackReq) {
 	}
 }
 
+// MaxVisibility is the longest SQS keeps a received message invisible,
+// counted from when it was received: the longest delay a Release keeps.
+const MaxVisibility = 12 * time.Hour
+
 // Release implements driver.Receiver: ChangeMessageVisibility to delay (0:
 // visible at once), after which SQS redelivers it with a higher receive count.
-// The delay is rounded up to whole seconds, the API's unit (at most 12h).
+// The delay is rounded up to whole seconds, the API's unit; past what is
+// left of MaxVisibility since the message was received, which SQS would
+// refuse, it is cut to that, with a warning.
 func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.Duration) error {
 	tok, err := r.tokenOf(d)
 	if err != nil {
@@ -517,7 +524,16 @@ func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.D
 	if err != nil {
 		return err
 	}
-	secs := min(seconds(delay), 12*60*60)
+	// SQS keeps a message invisible for at most 12 hours from when it was
+	// received, and refuses a longer timeout outright: a longer delay
+	// becomes what is left of those 12 hours, and says so.
+	left := max(int32((MaxVisibility-time.Since(tok.received))/time.Second), 0)
+	secs := seconds(delay)
+	if secs > left {
+		secs = left
+		r.log.Warn("babelqueue/sqs: the retry delay is longer than SQS keeps a message invisible; it comes back sooner",
+			slog.String("queue", r.queue), slog.Duration("delay", delay), slog.Duration("kept", time.Duration(secs)*time.Second))
+	}
 	if _, err := r.api.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(u), ReceiptHandle: aws.String(tok.handle), VisibilityTimeout: secs,
 	}); err != nil {
@@ -545,10 +561,13 @@ func (r *Receiver) heartbeatLoop() {
 
 func (r *Receiver) extend() {
 	now := time.Now()
+	// SQS refuses a timeout past MaxVisibility from the receipt: the last
+	// extension ends by then.
+	limit := min(r.cfg.maxExtension, MaxVisibility-r.cfg.visibility)
 	r.mu.Lock()
 	var toks []*token
 	for tok := range r.outstanding {
-		if now.Sub(tok.received) < r.cfg.maxExtension {
+		if now.Sub(tok.received) < limit {
 			toks = append(toks, tok)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,5 +289,88 @@ func TestAs(t *testing.T) {
 	}
 	if err := snd.Send(context.Background(), []*driver.Message{{Body: []byte("{}"), Queue: q}}); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Send after Close = %v, want ErrClosed", err)
+	}
+}
+
+// visibilityAPI records the visibility timeouts a Receiver asks for.
+type visibilityAPI struct {
+	ReceiverAPI
+	mu       sync.Mutex
+	secs     []int32  // ChangeMessageVisibility's timeouts
+	extended []string // the receipt handles the heartbeat extended
+}
+
+func (v *visibilityAPI) GetQueueUrl(context.Context, *awssqs.GetQueueUrlInput, ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
+	return &awssqs.GetQueueUrlOutput{QueueUrl: aws.String("http://127.0.0.1:1/q")}, nil
+}
+
+func (v *visibilityAPI) ChangeMessageVisibilityBatch(_ context.Context, in *awssqs.ChangeMessageVisibilityBatchInput, _ ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityBatchOutput, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, e := range in.Entries {
+		v.extended = append(v.extended, aws.ToString(e.ReceiptHandle))
+	}
+	return &awssqs.ChangeMessageVisibilityBatchOutput{}, nil
+}
+
+func (v *visibilityAPI) ChangeMessageVisibility(_ context.Context, in *awssqs.ChangeMessageVisibilityInput, _ ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.secs = append(v.secs, in.VisibilityTimeout)
+	return &awssqs.ChangeMessageVisibilityOutput{}, nil
+}
+
+// SQS keeps a message invisible at most 12 hours from its receipt and
+// refuses a longer timeout: a release three hours after the receipt asks
+// for at most the nine hours left. Before, it asked for 12 hours whatever
+// the time since, and SQS refused the release.
+func TestReleaseKeepsWithinTwelveHoursOfReceipt(t *testing.T) {
+	api := &visibilityAPI{}
+	r := NewReceiver(api, "q")
+	defer r.Close(context.Background())
+	for _, c := range []struct {
+		ago, delay time.Duration
+		want       int32
+		cut        bool
+	}{
+		{0, 5 * time.Second, 5, false},
+		{0, 1500 * time.Millisecond, 2, false},
+		{0, 13 * time.Hour, 12 * 3600, true},
+		{3 * time.Hour, 12 * time.Hour, 9 * 3600, true},
+		{3 * time.Hour, 8 * time.Hour, 8 * 3600, false},
+		{13 * time.Hour, time.Minute, 0, true},
+	} {
+		d := r.deliveries([]types.Message{{ReceiptHandle: aws.String("h"), Body: aws.String("{}")}})[0]
+		d.Token.(*token).received = time.Now().Add(-c.ago)
+		if err := r.Release(context.Background(), d, c.delay); err != nil {
+			t.Fatal(err)
+		}
+		api.mu.Lock()
+		got := api.secs[len(api.secs)-1]
+		api.mu.Unlock()
+		// The time since the receipt runs on while the test does: a cut
+		// delay has a second's slack.
+		if got != c.want && (!c.cut || got != max(c.want-1, 0)) {
+			t.Errorf("received %v ago, delay %v: visibility timeout %ds, want %ds", c.ago, c.delay, got, c.want)
+		}
+	}
+}
+
+// The heartbeat stops extending a message whose next extension would end
+// past 12 hours from its receipt, which SQS refuses, whatever
+// WithMaxExtension says.
+func TestHeartbeatStopsWithinTwelveHoursOfReceipt(t *testing.T) {
+	api := &visibilityAPI{}
+	r := NewReceiver(api, "q", WithMaxExtension(24*time.Hour))
+	defer r.Close(context.Background())
+	for handle, ago := range map[string]time.Duration{"young": time.Hour, "old": 12*time.Hour - 10*time.Second} {
+		d := r.deliveries([]types.Message{{ReceiptHandle: aws.String(handle), Body: aws.String("{}")}})[0]
+		d.Token.(*token).received = time.Now().Add(-ago)
+	}
+	r.extend()
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if !slices.Equal(api.extended, []string{"young"}) {
+		t.Errorf("the heartbeat extended %v, want [young]: the old one's extension would end past 12h from its receipt", api.extended)
 	}
 }
