@@ -92,6 +92,8 @@ func (c *config) renewTick() time.Duration {
 
 // WithMaxLockRenewal bounds how long one message's lock is renewed
 // (default 1h); after that the lock expires and the message is redelivered.
+// A message a Release keeps locked for its delay is renewed until it is
+// abandoned, however long the delay.
 // For a SessionReceiver it bounds the renewal of the session lock while one
 // message is being handled.
 func WithMaxLockRenewal(d time.Duration) ReceiverOption { return func(c *config) { c.maxRenewal = d } }
@@ -141,6 +143,9 @@ type token struct {
 	received time.Time
 	lockDur  time.Duration // LockedUntil at receipt − receipt
 	lost     error         // set when renewing failed: the lock is gone
+	// abandonAt is when a Release with a delay abandons the message: its
+	// lock is renewed until then, past WithMaxLockRenewal if need be.
+	abandonAt time.Time
 }
 
 // NewReceiver opens a peek-lock receiver on queue (or, with WithSubscription,
@@ -300,6 +305,7 @@ func (r *Receiver) Release(ctx context.Context, d *driver.Delivery, delay time.D
 	if r.closed {
 		return driver.ErrClosed
 	}
+	tok.abandonAt = time.Now().Add(delay)
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
 		r.mu.Lock()
@@ -451,7 +457,8 @@ func (r *Receiver) renew() {
 	var due []*token
 	for tok := range r.outstanding {
 		until := tok.msg.LockedUntil
-		if tok.lost == nil && now.Sub(tok.received) < r.cfg.maxRenewal && (until == nil || r.cfg.renewDue(*until, tok.lockDur, now)) {
+		keep := now.Sub(tok.received) < r.cfg.maxRenewal || now.Before(tok.abandonAt)
+		if tok.lost == nil && keep && (until == nil || r.cfg.renewDue(*until, tok.lockDur, now)) {
 			due = append(due, tok)
 		}
 	}

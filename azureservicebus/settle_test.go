@@ -368,3 +368,44 @@ func TestDelayedAbandonsAreBounded(t *testing.T) {
 		t.Fatalf("%d of %d messages came back after their release", len(completed), n)
 	}
 }
+
+// A Release whose delay runs past WithMaxLockRenewal keeps the lock renewed
+// until it abandons the message: the message comes back after the delay
+// asked for. Before, renewal stopped at WithMaxLockRenewal and the expired
+// lock brought the message back early.
+func TestReleaseDelayOutlastsMaxLockRenewal(t *testing.T) {
+	client, q, _, _ := queueWithOne(t)
+	r := newTestReceiver(t, client, q, WithMaxLockRenewal(lockDuration))
+	defer r.Close(context.Background())
+	var d *driver.Delivery
+	drivertest.WaitUntil(t, 30*time.Second, "the message", func() bool {
+		ds, err := r.Receive(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			d = ds[0]
+		}
+		return d != nil
+	})
+	delay := 3 * lockDuration
+	released := time.Now()
+	if err := r.Release(context.Background(), d, delay); err != nil {
+		t.Fatal(err)
+	}
+	var back time.Duration
+	drivertest.WaitUntil(t, delay+30*time.Second, "the message back", func() bool {
+		ds, err := r.Receive(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			back = time.Since(released)
+			_ = r.Ack(context.Background(), ds[0])
+		}
+		return len(ds) == 1
+	})
+	if back < delay*9/10 {
+		t.Errorf("the message came back %v after a release of %v: its lock ran out first", back, delay)
+	}
+}
