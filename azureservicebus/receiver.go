@@ -92,8 +92,8 @@ func (c *config) renewTick() time.Duration {
 
 // WithMaxLockRenewal bounds how long one message's lock is renewed
 // (default 1h); after that the lock expires and the message is redelivered.
-// A message a Release keeps locked for its delay is renewed until it is
-// abandoned, however long the delay.
+// A message a Release keeps locked for its delay (a session, for a
+// SessionReceiver) is renewed until it is abandoned, however long the delay.
 // For a SessionReceiver it bounds the renewal of the session lock while one
 // message is being handled.
 func WithMaxLockRenewal(d time.Duration) ReceiverOption { return func(c *config) { c.maxRenewal = d } }

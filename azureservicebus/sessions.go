@@ -440,7 +440,6 @@ func (s *session) keep(handedSince time.Time) bool {
 func (s *session) abandonAfter(m *azservicebus.ReceivedMessage, delay time.Duration) bool {
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	since := time.Now()
 	for {
 		select {
 		case <-timer.C:
@@ -455,7 +454,9 @@ func (s *session) abandonAfter(m *azservicebus.ReceivedMessage, delay time.Durat
 		case <-s.r.ctx.Done():
 			return false // closing: the session's messages come back
 		case <-s.ticker.C:
-			if !s.keep(since) {
+			// Renewed for the whole delay, past WithMaxLockRenewal if need
+			// be: the delay is finite, and it is the backoff asked for.
+			if !s.keep(time.Time{}) {
 				return false
 			}
 		}

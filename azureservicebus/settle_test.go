@@ -205,6 +205,18 @@ func faultHarness(t *testing.T) drivertest.FaultHarness {
 // In a session, a native retry waits the backoff too, and keeps its place:
 // the session's next message waits behind it.
 func TestSessionRetryKeepsTheBackoffAndTheOrder(t *testing.T) {
+	sessionRetry(t, 1500*time.Millisecond)
+}
+
+// A session retry whose backoff runs past WithMaxLockRenewal keeps the
+// session lock renewed for the whole backoff: the retry comes after it, in
+// order. Before, renewal stopped at WithMaxLockRenewal and the session was
+// lost early.
+func TestSessionRetryBackoffOutlastsMaxLockRenewal(t *testing.T) {
+	sessionRetry(t, 3*lockDuration, WithMaxLockRenewal(lockDuration))
+}
+
+func sessionRetry(t *testing.T, backoff time.Duration, opts ...ReceiverOption) {
 	client := newClient(t)
 	q := newSessionQueue(t)
 	snd := NewSender(client)
@@ -214,9 +226,8 @@ func TestSessionRetryKeepsTheBackoffAndTheOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := newTestSessionReceiver(t, client, q)
+	r := newTestSessionReceiver(t, client, q, opts...)
 	defer r.Close(context.Background())
-	const backoff = 1500 * time.Millisecond
 	var mu sync.Mutex
 	var order []int
 	var at []time.Time
