@@ -233,20 +233,42 @@ func (e *RememberError) Error() string {
 // Unwrap returns the store's error.
 func (e *RememberError) Unwrap() error { return e.Err }
 
+// DefaultTTL is how long a MemoryStore remembers a handled id unless its
+// TTL says otherwise: a week, as the Redis and PostgreSQL stores do.
+const DefaultTTL = 7 * 24 * time.Hour
+
 // MemoryStore is a process-local Claimer. The zero value is ready to use.
+//
+// A handled id is remembered for TTL, after which it is forgotten and its
+// memory freed: a process that runs for months does not keep every id it
+// ever handled.
 type MemoryStore struct {
+	// TTL is how long a handled id is remembered: 0 means DefaultTTL, a
+	// negative TTL forever. Set it before first use.
+	TTL time.Duration
+
 	mu   sync.Mutex
 	keys map[string]memEntry
+	// done lists the handled ids in the order they were remembered, with
+	// their expiry, from head on: what expires first is at the front.
+	done []memExpiry
+	head int
 	now  func() time.Time
 }
 
 type memEntry struct {
 	done  bool
 	owner string
+	until time.Time // a claim's lease, or when a handled id is forgotten (zero: never)
+}
+
+type memExpiry struct {
+	key   string
 	until time.Time
 }
 
-// NewMemoryStore returns an empty MemoryStore.
+// NewMemoryStore returns an empty MemoryStore that remembers a handled id
+// for DefaultTTL.
 func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
 
 func (s *MemoryStore) clock() time.Time {
@@ -262,19 +284,66 @@ func (s *MemoryStore) init() {
 	}
 }
 
+// live returns the entry of key, a handled id past its TTL counting as
+// none. s.mu is held.
+func (s *MemoryStore) live(key string, now time.Time) (memEntry, bool) {
+	e, ok := s.keys[key]
+	if ok && e.done && !e.until.IsZero() && !now.Before(e.until) {
+		return memEntry{}, false
+	}
+	return e, ok
+}
+
+// remember marks key handled, and forgets the handled ids whose TTL has
+// passed. s.mu is held.
+func (s *MemoryStore) remember(key string) {
+	s.init()
+	now := s.clock()
+	s.expire(now)
+	ttl := s.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if ttl < 0 {
+		s.keys[key] = memEntry{done: true}
+		return
+	}
+	until := now.Add(ttl)
+	s.keys[key] = memEntry{done: true, until: until}
+	s.done = append(s.done, memExpiry{key, until})
+}
+
+// expire forgets the handled ids whose TTL has passed by now. s.mu is held.
+func (s *MemoryStore) expire(now time.Time) {
+	for s.head < len(s.done) && !now.Before(s.done[s.head].until) {
+		x := s.done[s.head]
+		s.done[s.head] = memExpiry{}
+		s.head++
+		// The id may have been remembered again since, or forgotten.
+		if e, ok := s.keys[x.key]; ok && e.done && e.until.Equal(x.until) {
+			delete(s.keys, x.key)
+		}
+	}
+	if s.head > 0 && s.head >= len(s.done)/2 {
+		s.done = append(s.done[:0], s.done[s.head:]...)
+		clear(s.done[len(s.done):cap(s.done)])
+		s.head = 0
+	}
+}
+
 // Seen implements Store.
 func (s *MemoryStore) Seen(_ context.Context, key string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[key].done, nil
+	e, _ := s.live(key, s.clock())
+	return e.done, nil
 }
 
 // Remember implements Store.
 func (s *MemoryStore) Remember(_ context.Context, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.init()
-	s.keys[key] = memEntry{done: true}
+	s.remember(key)
 	return nil
 }
 
@@ -292,7 +361,7 @@ func (s *MemoryStore) Claim(_ context.Context, key, owner string, lease time.Dur
 	defer s.mu.Unlock()
 	s.init()
 	now := s.clock()
-	e, ok := s.keys[key]
+	e, ok := s.live(key, now)
 	switch {
 	case e.done:
 		return Done, nil
@@ -307,11 +376,10 @@ func (s *MemoryStore) Claim(_ context.Context, key, owner string, lease time.Dur
 func (s *MemoryStore) Complete(_ context.Context, key, owner string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.init()
-	if e, ok := s.keys[key]; ok && !e.done && e.owner != owner {
+	if e, ok := s.live(key, s.clock()); ok && !e.done && e.owner != owner {
 		return ErrClaimLost
 	}
-	s.keys[key] = memEntry{done: true}
+	s.remember(key)
 	return nil
 }
 
@@ -325,13 +393,14 @@ func (s *MemoryStore) Release(_ context.Context, key, owner string) error {
 	return nil
 }
 
-// Len returns the number of remembered keys.
+// Len returns the number of remembered keys (handled ids within their TTL).
 func (s *MemoryStore) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.clock()
 	n := 0
-	for _, e := range s.keys {
-		if e.done {
+	for k := range s.keys {
+		if e, _ := s.live(k, now); e.done {
 			n++
 		}
 	}
