@@ -234,11 +234,22 @@ type RoundResult struct {
 	// Undecodable rows are reported and left in place, marked so they are
 	// not taken again.
 	Undecodable int
+	// Rejected rows are envelopes the broker can never take (larger than
+	// its size limit): reported and left in place, marked as undecodable
+	// rows are, so that they are not taken again.
+	Rejected int
 }
 
 // ErrUndecodableRow is reported (wrapped) for a row whose body is not an
 // envelope; the row is left in the table with undecodable set.
 var ErrUndecodableRow = errors.New("babelqueue/outbox: row is not an envelope")
+
+// ErrRejectedRow is reported (wrapped, with the sender's error) for a row
+// the broker can never take, such as one past its size limit
+// (driver.ErrTooLarge): the row is left in the table with undecodable set
+// and the error in last_error, and is not taken again. Retried, it would
+// fail every round and hold the relay at its longest backoff.
+var ErrRejectedRow = errors.New("babelqueue/outbox: the broker cannot take the row")
 
 // Run relays until ctx ends, pausing for the poll interval when nothing is
 // pending and backing off (doubling up to the max backoff) after a failed
@@ -349,6 +360,7 @@ func (r *Relay) Round(ctx context.Context) (RoundResult, error) {
 		res.Undecodable = len(bad)
 	}
 	var sent, failed []int64
+	var rejected []rejection
 	var sendErr error
 	if len(msgs) > 0 {
 		sendErr = r.snd.Send(ctx, msgs)
@@ -358,12 +370,17 @@ func (r *Relay) Round(ctx context.Context) (RoundResult, error) {
 			sent = ids
 		case errors.As(sendErr, &be):
 			for i, id := range ids {
-				if be.Failed(i) == nil {
+				switch err := be.Failed(i); {
+				case err == nil:
 					sent = append(sent, id)
-				} else {
+				case permanent(err):
+					rejected = append(rejected, rejection{id, err})
+				default:
 					failed = append(failed, id)
 				}
 			}
+		case len(ids) == 1 && permanent(sendErr):
+			rejected = append(rejected, rejection{ids[0], sendErr})
 		default:
 			failed = ids
 		}
@@ -384,15 +401,34 @@ func (r *Relay) Round(ctx context.Context) (RoundResult, error) {
 			return res, fmt.Errorf("babelqueue/outbox: mark failed: %w", err)
 		}
 	}
+	for _, rj := range rejected {
+		if _, err := tx.Exec(ctx, `UPDATE `+r.table+` SET undecodable = true, attempts = attempts + 1, last_error = $2 WHERE id = $1`,
+			rj.id, core.TruncateError(rj.err.Error(), 1024)); err != nil {
+			return res, fmt.Errorf("babelqueue/outbox: mark rejected: %w", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("babelqueue/outbox: commit: %w", err)
 	}
-	res.Sent, res.Failed = len(sent), len(failed)
-	if sendErr != nil {
+	res.Sent, res.Failed, res.Rejected = len(sent), len(failed), len(rejected)
+	for _, rj := range rejected {
+		r.report(fmt.Errorf("%w: id %d: %w", ErrRejectedRow, rj.id, rj.err))
+	}
+	if len(failed) > 0 {
 		return res, fmt.Errorf("babelqueue/outbox: publishing %d of %d rows failed: %w", len(failed), len(ids), sendErr)
 	}
 	return res, nil
 }
+
+// rejection is a row the broker can never take, and why.
+type rejection struct {
+	id  int64
+	err error
+}
+
+// permanent reports whether a publish failed for a reason no retry
+// changes: the message is larger than the broker takes.
+func permanent(err error) bool { return errors.Is(err, driver.ErrTooLarge) }
 
 // Pending returns how many rows wait to be relayed (undecodable ones aside).
 func Pending(ctx context.Context, db interface {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/babelqueue/transports/core"
+	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/kafka"
 	outbox "github.com/babelqueue/transports/outbox/postgres"
@@ -285,6 +287,58 @@ func TestUndecodableRowIsReportedAndKept(t *testing.T) {
 	}
 	if got := count(); len(got) != 3 || got[ids[0]] != 1 {
 		t.Errorf("records %v, want the 3 good rows once", got)
+	}
+}
+
+// A row the broker can never take (past its size limit) is reported once
+// and left in place, marked so it is not taken again; the rows around it
+// are sent, and the relay does not back off for it. Before, it failed
+// every round, and the relay sat at its longest backoff for good.
+func TestRejectedRowIsReportedAndKept(t *testing.T) {
+	p := pool(t)
+	table := newTable(t, p)
+	snd, count := cluster(t, "orders")
+	ctx := context.Background()
+	ids := publishRows(t, p, table, 2)
+	if _, err := outbox.Publish(ctx, p, "orders", urn, map[string]string{"pad": strings.Repeat("x", 2<<20)}, outbox.WithTable(table)); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, publishRows(t, p, table, 2)...)
+	var rejected, other atomic.Int32
+	stop := runRelay(t, outbox.NewRelay(p, snd, outbox.WithRelayTable(table), outbox.WithPollInterval(50*time.Millisecond),
+		outbox.WithMaxBackoff(30*time.Second), outbox.WithErrorHandler(func(err error) {
+			if errors.Is(err, outbox.ErrRejectedRow) && errors.Is(err, driver.ErrTooLarge) {
+				rejected.Add(1)
+			} else {
+				other.Add(1)
+				t.Logf("reported: %v", err)
+			}
+		})))
+	waitPending(t, p, table, 0)
+	// The relay is not backing off: rows published now go out at once.
+	more := publishRows(t, p, table, 2)
+	start := time.Now()
+	waitPending(t, p, table, 0)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("rows published after the rejected one took %v to go out: the relay backed off", took)
+	}
+	stop()
+	if rejected.Load() != 1 || other.Load() != 0 {
+		t.Errorf("reported %d rejections and %d other errors, want one rejection", rejected.Load(), other.Load())
+	}
+	var left int
+	var lastErr string
+	if err := p.QueryRow(ctx, `SELECT count(*), max(last_error) FROM `+table+` WHERE undecodable AND sent_at IS NULL`).Scan(&left, &lastErr); err != nil || left != 1 {
+		t.Errorf("rejected rows left in place: %d (%v), want 1", left, err)
+	}
+	if !strings.Contains(lastErr, "size limit") {
+		t.Errorf("last_error %q does not say why", lastErr)
+	}
+	got := count()
+	for _, id := range append(ids, more...) {
+		if got[id] != 1 {
+			t.Errorf("row %s sent %d times, want once", id, got[id])
+		}
 	}
 }
 
