@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -580,13 +581,13 @@ func heldUntil(rec *kgo.Record) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 {
+	d, ok := core.ParseDelay(v)
+	if !ok {
 		return time.Time{}, false
 	}
 	// The timestamp is in whole milliseconds, cut down from the time the
 	// copy was produced: one more keeps the delay a full delay.
-	return rec.Timestamp.Add(time.Duration(ms+1) * time.Millisecond), true
+	return rec.Timestamp.Add(d + time.Millisecond), true
 }
 
 // laneKey is the ordering key of s within its partition: its record key

@@ -406,3 +406,27 @@ func TestRevokeWaitsOnlyForStartedHandlers(t *testing.T) {
 		}
 	}
 }
+
+// A bq-delay too large for a time.Duration holds the record for the longest
+// delay there is, rather than overflowing into one already past (which
+// delivered it at once).
+func TestHeldUntilSaturates(t *testing.T) {
+	stamp := time.Unix(1_700_000_000, 0)
+	for v, want := range map[string]time.Duration{
+		"1500":                1501 * time.Millisecond,
+		"9223372036854775807": 100 * 365 * 24 * time.Hour, // at least a century
+		"9223372036854":       100 * 365 * 24 * time.Hour,
+	} {
+		rec := &kgo.Record{Timestamp: stamp, Headers: []kgo.RecordHeader{{Key: HeaderDelay, Value: []byte(v)}}}
+		due, ok := heldUntil(rec)
+		if !ok || due.Sub(stamp) < want {
+			t.Errorf("bq-delay %s: due %v after the timestamp (held %v), want at least %v", v, due.Sub(stamp), ok, want)
+		}
+	}
+	for _, v := range []string{"0", "-1", "x", ""} {
+		rec := &kgo.Record{Timestamp: stamp, Headers: []kgo.RecordHeader{{Key: HeaderDelay, Value: []byte(v)}}}
+		if _, ok := heldUntil(rec); ok {
+			t.Errorf("bq-delay %q holds the record", v)
+		}
+	}
+}

@@ -68,12 +68,12 @@ func dueAt(msg pulsar.Message) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 {
+	d, ok := core.ParseDelay(v)
+	if !ok {
 		return time.Time{}, false
 	}
 	// PublishTime is in whole milliseconds: one more keeps a full delay.
-	return msg.PublishTime().Add(time.Duration(ms+1) * time.Millisecond), true
+	return msg.PublishTime().Add(d + time.Millisecond), true
 }
 
 // Gate applies the schema-version gate to the bq-schema-version property.
