@@ -30,6 +30,10 @@ func Exponential(base, max time.Duration) Backoff {
 		}
 		d := base
 		for i := 1; i < attempt && d < max; i++ {
+			if d > max/2 { // doubling would pass max, or overflow
+				d = max
+				break
+			}
 			d *= 2
 		}
 		if d > max {
