@@ -217,7 +217,7 @@ func WithShutdownTimeout(d time.Duration) ConsumerOption {
 }
 
 // WithSettleTimeout bounds each settlement call, which is not tied to Run's
-// context so that shutdown can still settle (default 30s). Settlements share
+// context so that shutdown can still settle (default 30s; d <= 0 keeps it). Settlements share
 // a deadline renewed at half the timeout, so each gets at least half of d.
 func WithSettleTimeout(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.settleTimeout = d }
@@ -279,6 +279,24 @@ func NewConsumer(rcv driver.Receiver, snd driver.Sender, opts ...ConsumerOption)
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	// Options given a nil or a non-positive value keep the defaults: a
+	// nil backoff, logger, metrics or clock would panic at the first use,
+	// and a settle timeout of zero would fail every settlement.
+	if c.backoff == nil {
+		c.backoff = Exponential(time.Second, time.Minute)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.metrics == nil {
+		c.metrics = NopMetrics{}
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.settleTimeout <= 0 {
+		c.settleTimeout = 30 * time.Second
 	}
 	if c.batch == 0 {
 		c.batch = cmp.Or(c.caps.Batch, defaultBatch)

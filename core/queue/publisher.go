@@ -44,6 +44,12 @@ func NewPublisher(snd driver.Sender, opts ...PublisherOption) *Publisher {
 	for _, o := range opts {
 		o(p)
 	}
+	if p.metrics == nil { // a nil option value keeps the default
+		p.metrics = NopMetrics{}
+	}
+	if p.logger == nil {
+		p.logger = slog.Default()
+	}
 	return p
 }
 
