@@ -49,8 +49,12 @@ func Quiet() DecodeOption { return func(c *decodeConfig) { c.quiet = true } }
 // with whitespace between tokens is compacted into a new slice either way.
 func RetainBody() DecodeOption { return func(c *decodeConfig) { c.retain = true } }
 
-// SlogWarnFunc returns a WarnFunc that logs each warning to l at level Warn.
+// SlogWarnFunc returns a WarnFunc that logs each warning to l at level Warn
+// (slog.Default() if l is nil).
 func SlogWarnFunc(l *slog.Logger) WarnFunc {
+	if l == nil {
+		l = slog.Default()
+	}
 	return func(w Warning) {
 		l.LogAttrs(context.Background(), slog.LevelWarn,
 			"babelqueue: dropped forbidden envelope key",

@@ -381,3 +381,14 @@ func TestDuplicateContractKeysFarApart(t *testing.T) {
 		t.Fatalf("%d job keys in %s", n, out)
 	}
 }
+
+// Decode never panics: WithLogger(nil) logs a dropped forbidden key to
+// slog.Default(), as no option does. Before, it dereferenced the nil logger.
+func TestDecodeWithNilLogger(t *testing.T) {
+	body := []byte(`{"job":"urn:x","trace_id":"t","data":{},"meta":{"id":"i","queue":"q","lang":"go","schema_version":1,"created_at":1},"attempts":0,"timestamp":5}`)
+	env, err := core.Decode(body, core.WithLogger(nil))
+	if err != nil || env.URN != "urn:x" {
+		t.Fatalf("Decode = %v, %v", env, err)
+	}
+	core.SlogWarnFunc(nil)(core.Warning{Pointer: "/timestamp"})
+}
