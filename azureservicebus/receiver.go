@@ -99,8 +99,14 @@ func (c *config) renewTick() time.Duration {
 func WithMaxLockRenewal(d time.Duration) ReceiverOption { return func(c *config) { c.maxRenewal = d } }
 
 // WithPollWait bounds how long one Receive waits for a first message
-// (default 1s).
-func WithPollWait(d time.Duration) ReceiverOption { return func(c *config) { c.pollWait = d } }
+// (default 1s; d <= 0 keeps it: a Receive that never waits would spin).
+func WithPollWait(d time.Duration) ReceiverOption {
+	return func(c *config) {
+		if d > 0 {
+			c.pollWait = d
+		}
+	}
+}
 
 // DefaultMaxHeld is how many messages a Receiver holds locked for the
 // delay of a Release unless WithMaxHeld says otherwise.

@@ -420,3 +420,13 @@ func TestReleaseDelayOutlastsMaxLockRenewal(t *testing.T) {
 		t.Errorf("the message came back %v after a release of %v: its lock ran out first", back, delay)
 	}
 }
+
+// WithPollWait of zero or less keeps the default: a Receive that never
+// waited would make the consumer spin.
+func TestNonPositivePollWaitKeepsTheDefault(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		if got := newConfig([]ReceiverOption{WithPollWait(d)}).pollWait; got != time.Second {
+			t.Errorf("WithPollWait(%v): poll wait %v, want the default 1s", d, got)
+		}
+	}
+}

@@ -190,8 +190,15 @@ func WithConsumerClientOptions(opts ...kgo.Opt) ReceiverOption {
 	return func(c *receiverConfig) { c.kopts = append(c.kopts, opts...) }
 }
 
-// WithPollWait bounds how long one Receive waits for records (default 500ms).
-func WithPollWait(d time.Duration) ReceiverOption { return func(c *receiverConfig) { c.pollWait = d } }
+// WithPollWait bounds how long one Receive waits for records (default
+// 500ms; d <= 0 keeps it: a Receive that never waits would spin).
+func WithPollWait(d time.Duration) ReceiverOption {
+	return func(c *receiverConfig) {
+		if d > 0 {
+			c.pollWait = d
+		}
+	}
+}
 
 // WithCommitInterval sets how often settled offsets are committed while
 // records keep being settled (default 250ms). Once they stop, what was

@@ -430,3 +430,18 @@ func TestHeldUntilSaturates(t *testing.T) {
 		}
 	}
 }
+
+// WithPollWait of zero or less keeps the default: a Receive that never
+// waited would make the consumer spin.
+func TestNonPositivePollWaitKeepsTheDefault(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		r, err := NewReceiver([]string{"127.0.0.1:1"}, "g", []string{"t"}, WithPollWait(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.cfg.pollWait != 500*time.Millisecond {
+			t.Errorf("WithPollWait(%v): poll wait %v, want the default 500ms", d, r.cfg.pollWait)
+		}
+		_ = r.Close(context.Background())
+	}
+}

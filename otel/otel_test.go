@@ -376,3 +376,26 @@ func TestSenderForwardsSizeLimit(t *testing.T) {
 		t.Fatal("no Unwrap")
 	}
 }
+
+// WithPropagator(nil) keeps the W3C default: a publish through the Sender
+// still carries traceparent. Before, it panicked at the first publish.
+func TestNilPropagatorKeepsTheDefault(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	tel, err := bqotel.New(bqotel.WithTracerProvider(tp), bqotel.WithPropagator(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := memqueue.New()
+	pub := queue.NewPublisher(tel.Sender(b.Sender()), tel.PublisherOptions()...)
+	if _, err := pub.Publish(context.Background(), "orders", urn, nil); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receiver("orders").Receive(context.Background(), 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v, %d", err, len(ds))
+	}
+	if ds[0].Headers["traceparent"] == "" {
+		t.Errorf("headers %v carry no traceparent", ds[0].Headers)
+	}
+}

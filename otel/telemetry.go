@@ -90,7 +90,14 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) 
 // WithPropagator sets how span contexts ride in message headers (default:
 // W3C trace context, traceparent and tracestate). Pass
 // otel.GetTextMapPropagator() to use the global one, baggage included.
-func WithPropagator(p propagation.TextMapPropagator) Option { return func(c *config) { c.prop = p } }
+// A nil p keeps the default.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) {
+		if p != nil {
+			c.prop = p
+		}
+	}
+}
 
 // WithSystem sets messaging.system: SystemKafka, SystemSQS, SystemPulsar,
 // SystemServiceBus (default "babelqueue" when the broker is not named).
