@@ -293,6 +293,12 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
+	switch {
+	case cfg.ordering != OrderByKey && cfg.ordering != OrderByPartition:
+		return nil, fmt.Errorf("babelqueue/kafka: WithOrdering(%d): not OrderByKey or OrderByPartition", cfg.ordering)
+	case cfg.tiers < 0:
+		return nil, fmt.Errorf("babelqueue/kafka: WithRetryTierTopics(%d): a negative number of tiers", cfg.tiers)
+	}
 	all := append([]string(nil), topics...)
 	for _, t := range topics {
 		all = append(all, RetryTopics(t, cfg.tiers)...)

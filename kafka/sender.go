@@ -101,8 +101,11 @@ func WithMaxMessageBytes(n int32) SenderOption {
 	return func(c *senderConfig) { c.maxBytes = n }
 }
 
-// RetryTopics returns the tier topics of topic for n tiers.
+// RetryTopics returns the tier topics of topic for n tiers (none for n <= 0).
 func RetryTopics(topic string, n int) []string {
+	if n <= 0 {
+		return nil
+	}
 	out := make([]string, n)
 	for i := range out {
 		out[i] = topic + ".retry." + strconv.Itoa(i+1)

@@ -445,3 +445,20 @@ func TestNonPositivePollWaitKeepsTheDefault(t *testing.T) {
 		_ = r.Close(context.Background())
 	}
 }
+
+// Option values outside their range are an error from NewReceiver, and
+// RetryTopics of no tiers is none: before, a negative count panicked.
+func TestBadReceiverOptionsAreErrors(t *testing.T) {
+	if got := RetryTopics("t", -1); got != nil {
+		t.Errorf("RetryTopics(t, -1) = %v, want none", got)
+	}
+	for name, opt := range map[string]ReceiverOption{
+		"ordering": WithOrdering(Ordering(7)),
+		"tiers":    WithRetryTierTopics(-1),
+	} {
+		if r, err := NewReceiver([]string{"127.0.0.1:1"}, "g", []string{"t"}, opt); err == nil {
+			_ = r.Close(context.Background())
+			t.Errorf("%s: NewReceiver accepted it", name)
+		}
+	}
+}
