@@ -101,8 +101,15 @@ const StandardMaxMessageBytes = 256 << 10
 // WithMaxMessageBytes sets the entity's message size limit (default
 // StandardMaxMessageBytes; premium entities allow up to 100 MB). The
 // runtime checks retry and dead-letter copies against it, less 4 KiB for
-// the properties, and falls back to a smaller dead-letter copy.
-func WithMaxMessageBytes(n int) SenderOption { return func(s *Sender) { s.maxBytes = n } }
+// the properties, and falls back to a smaller dead-letter copy. n <= 0
+// keeps the default.
+func WithMaxMessageBytes(n int) SenderOption {
+	return func(s *Sender) {
+		if n > 0 {
+			s.maxBytes = n
+		}
+	}
+}
 
 // MaxMessageBytes implements driver.SizeLimiter.
 func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - 4096 }

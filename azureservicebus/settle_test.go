@@ -430,3 +430,14 @@ func TestNonPositivePollWaitKeepsTheDefault(t *testing.T) {
 		}
 	}
 }
+
+// WithMaxMessageBytes of zero or less keeps the default limit, instead of
+// making every message too large.
+func TestNonPositiveMaxMessageBytesKeepsTheDefault(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		s := NewSender(nil, WithMaxMessageBytes(n))
+		if got := s.MaxMessageBytes("q"); got != StandardMaxMessageBytes-4096 {
+			t.Errorf("WithMaxMessageBytes(%d): limit %d, want the default's %d", n, got, StandardMaxMessageBytes-4096)
+		}
+	}
+}

@@ -175,7 +175,7 @@ func (q *coalesceQueue) flush(batch []*coalesceWaiter) {
 // entries, or err for each (nil: none failed). It suits a driver's send
 // function for NewCoalescer.
 func ErrorsOf(err error, n int) []error {
-	errs := make([]error, n)
+	errs := make([]error, max(n, 0))
 	var be *BatchError
 	switch {
 	case err == nil:

@@ -139,4 +139,7 @@ func TestErrorsOf(t *testing.T) {
 	if got := driver.ErrorsOf(fmt.Errorf("wrapped: %w", be), 2); got[0] != nil || got[1] != boom {
 		t.Errorf("batch error: %v", got)
 	}
+	if got := driver.ErrorsOf(boom, -1); len(got) != 0 { // no panic on a bad count
+		t.Errorf("n = -1: %v", got)
+	}
 }
