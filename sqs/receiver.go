@@ -26,15 +26,25 @@ type ReceiverAPI interface {
 }
 
 // WithWaitTime sets the long-polling wait of each ReceiveMessage (default
-// 20s, the SQS maximum).
+// 20s, the SQS maximum; a negative d keeps it).
 func WithWaitTime(d time.Duration) ReceiverOption {
-	return receiverOption(func(c *config) { c.wait = d })
+	return receiverOption(func(c *config) {
+		if d >= 0 {
+			c.wait = d
+		}
+	})
 }
 
 // WithVisibilityTimeout sets the visibility timeout requested on receive and
-// renewed by the heartbeat (default 30s).
+// renewed by the heartbeat (default 30s). It is rounded up to whole
+// seconds, the API's unit; d <= 0 keeps the default, as a message visible
+// again at once would be received again while it is handled.
 func WithVisibilityTimeout(d time.Duration) ReceiverOption {
-	return receiverOption(func(c *config) { c.visibility = d })
+	return receiverOption(func(c *config) {
+		if d > 0 {
+			c.visibility = time.Duration(seconds(d)) * time.Second
+		}
+	})
 }
 
 // WithHeartbeat sets how often the visibility of unsettled messages is

@@ -374,3 +374,17 @@ func TestHeartbeatStopsWithinTwelveHoursOfReceipt(t *testing.T) {
 		t.Errorf("the heartbeat extended %v, want [young]: the old one's extension would end past 12h from its receipt", api.extended)
 	}
 }
+
+// A visibility timeout of zero or less keeps the default, and one below a
+// second is a second: before, zero started the heartbeat with a zero
+// interval, which panicked (time.NewTicker), and a message would have been
+// visible again at once.
+func TestBadVisibilityTimeoutKeepsTheDefault(t *testing.T) {
+	for d, want := range map[time.Duration]time.Duration{0: 30 * time.Second, -time.Second: 30 * time.Second, 500 * time.Millisecond: time.Second} {
+		r := NewReceiver(&visibilityAPI{}, "q", WithVisibilityTimeout(d), WithWaitTime(-time.Second))
+		if r.cfg.visibility != want || r.cfg.heartbeat <= 0 || r.cfg.wait != 20*time.Second {
+			t.Errorf("WithVisibilityTimeout(%v): visibility %v, heartbeat %v, wait %v; want visibility %v", d, r.cfg.visibility, r.cfg.heartbeat, r.cfg.wait, want)
+		}
+		_ = r.Close(context.Background())
+	}
+}
