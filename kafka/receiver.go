@@ -489,8 +489,15 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 	for tp, st := range r.parts {
 		for max > 0 && len(st.backlog) > 0 && !now.Before(st.backlogAt) {
 			s := st.backlog[0]
+			st.backlog[0] = nil
 			st.backlog = st.backlog[1:]
-			st.backKeys[r.laneKey(s)]--
+			// A key with nothing left in the backlog leaves the map: every
+			// key a retry ever handed back would stay in it otherwise.
+			if k := r.laneKey(s); st.backKeys[k] > 1 {
+				st.backKeys[k]--
+			} else {
+				delete(st.backKeys, k)
+			}
 			s.back = false
 			if s.gone || s.done {
 				continue

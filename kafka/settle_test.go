@@ -462,3 +462,25 @@ func TestBadReceiverOptionsAreErrors(t *testing.T) {
 		}
 	}
 }
+
+// Keys leave the backlog's count once none of their records waits there:
+// a consumer handing back records of ever new keys does not grow it
+// without bound.
+func TestBacklogKeysAreForgotten(t *testing.T) {
+	r := &Receiver{cfg: receiverConfig{ordering: OrderByKey, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
+		parts: map[topicPartition]*partState{}}
+	st := r.state(topicPartition{"t", 0})
+	for i := range 500 {
+		s := &slot{rec: &kgo.Record{Topic: "t", Offset: int64(i), Key: []byte("key-" + strconv.Itoa(i%250))}, part: st, back: true}
+		st.insert(s)
+		st.backlog = append(st.backlog, s)
+		st.backKeys[r.laneKey(s)]++
+	}
+	out, _ := r.readyLocked(time.Now(), 1000, nil)
+	if len(out) != 500 {
+		t.Fatalf("%d records delivered from the backlog, want 500", len(out))
+	}
+	if n := len(st.backKeys); n != 0 {
+		t.Errorf("%d keys still counted with an empty backlog, want 0", n)
+	}
+}
