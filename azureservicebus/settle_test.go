@@ -329,55 +329,11 @@ func TestDelayedAbandonsAreBounded(t *testing.T) {
 	q := newQueue(t)
 	snd := NewSender(client)
 	defer snd.Close(context.Background())
-	const n, maxHeld, delay = 12, 4, 2 * time.Second
-	batch := make([]queue.Outgoing, n)
-	for i := range batch {
-		env, err := core.New(testURN, map[string]int{"i": i}, core.WithQueue(q))
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch[i] = queue.Outgoing{Envelope: env}
-	}
-	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
-		t.Fatal(err)
-	}
+	const n, maxHeld = 12, 4
+	drivertest.PublishN(t, snd, q, testURN, n)
 	r := newTestReceiver(t, client, q, WithMaxHeld(maxHeld))
 	defer r.Close(context.Background())
-	released := map[string]bool{}
-	completed := map[string]bool{}
-	start := time.Now()
-	deadline := start.Add(60 * time.Second)
-	for len(completed) < n && time.Now().Before(deadline) {
-		ds, err := r.Receive(context.Background(), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			env, err := core.Decode(d.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := env.Meta.ID
-			if !released[id] {
-				if since := time.Since(start); since < delay*3/4 && len(released) >= maxHeld {
-					t.Errorf("message %d received %v in, with %d releases waiting out %v; WithMaxHeld(%d)",
-						len(released)+1, since, len(released), delay, maxHeld)
-				}
-				released[id] = true
-				if err := r.Release(context.Background(), d, delay); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			completed[id] = true
-			if err := r.Ack(context.Background(), d); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if len(completed) != n {
-		t.Fatalf("%d of %d messages came back after their release", len(completed), n)
-	}
+	drivertest.ReleasesAreBounded(t, r, n, maxHeld, 2*time.Second)
 }
 
 // A Release whose delay runs past WithMaxLockRenewal keeps the lock renewed

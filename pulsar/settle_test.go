@@ -385,17 +385,7 @@ func TestHeldMessagesAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close(context.Background())
-	batch := make([]queue.Outgoing, n)
-	for i := range batch {
-		env, err := core.New(testURN, map[string]int{"i": i}, core.WithQueue(topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch[i] = queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithDelay(delay)}}
-	}
-	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
-		t.Fatal(err)
-	}
+	drivertest.PublishN(t, snd, topic, testURN, n, queue.WithDelay(delay))
 	seen := map[string]bool{}
 	most := int64(0)
 	deadline := time.Now().Add(60 * time.Second)
@@ -443,56 +433,12 @@ func TestDelayedNacksAreBounded(t *testing.T) {
 	topic := newTopic(t)
 	snd := NewSender(client)
 	defer snd.Close(context.Background())
-	const n, maxHeld, delay = 20, 5, 2 * time.Second
+	const n, maxHeld = 20, 5
 	r, err := NewReceiver(client, topic, "nacks", WithNativeRetry(), WithMaxHeld(maxHeld))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close(context.Background())
-	batch := make([]queue.Outgoing, n)
-	for i := range batch {
-		env, err := core.New(testURN, map[string]int{"i": i}, core.WithQueue(topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch[i] = queue.Outgoing{Envelope: env}
-	}
-	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
-		t.Fatal(err)
-	}
-	released := map[string]bool{}
-	acked := map[string]bool{}
-	start := time.Now()
-	deadline := start.Add(60 * time.Second)
-	for len(acked) < n && time.Now().Before(deadline) {
-		ds, err := r.Receive(context.Background(), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			env, err := core.Decode(d.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := env.Meta.ID
-			if !released[id] {
-				if since := time.Since(start); since < delay*3/4 && len(released) >= maxHeld {
-					t.Errorf("message %d received %v in, with %d releases waiting out %v; WithMaxHeld(%d)",
-						len(released)+1, since, len(released), delay, maxHeld)
-				}
-				released[id] = true
-				if err := r.Release(context.Background(), d, delay); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			acked[id] = true
-			if err := r.Ack(context.Background(), d); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if len(acked) != n {
-		t.Fatalf("%d of %d messages came back after their release", len(acked), n)
-	}
+	drivertest.PublishN(t, snd, topic, testURN, n)
+	drivertest.ReleasesAreBounded(t, r, n, maxHeld, 2*time.Second)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/queue"
 )
@@ -141,4 +142,68 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// ReleasesAreBounded checks a receiver that holds a message released with a
+// delay until the delay has passed (a native retry), and bounds how many it
+// holds so at once by maxHeld: n messages of urn already wait on rcv. Each
+// is received one at a time and released with delay, and no message is
+// received past the first maxHeld until at least three quarters of delay
+// have gone by. Each comes back after its delay, and is acknowledged; the
+// test fails if any is missing after a minute.
+func ReleasesAreBounded(t testing.TB, rcv driver.Receiver, n, maxHeld int, delay time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	released := map[string]bool{}
+	acked := map[string]bool{}
+	start := time.Now()
+	deadline := start.Add(time.Minute)
+	for len(acked) < n && time.Now().Before(deadline) {
+		ds, err := rcv.Receive(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			env, err := core.Decode(d.Body, core.Quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := env.Meta.ID
+			if !released[id] {
+				if since := time.Since(start); since < delay*3/4 && len(released) >= maxHeld {
+					t.Errorf("message %d received %v in, with %d releases waiting out %v; the bound is %d",
+						len(released)+1, since, len(released), delay, maxHeld)
+				}
+				released[id] = true
+				if err := rcv.Release(ctx, d, delay); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			acked[id] = true
+			if err := rcv.Ack(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(acked) != n {
+		t.Fatalf("%d of %d messages came back after their release", len(acked), n)
+	}
+}
+
+// PublishN publishes n envelopes of urn to queueName in one batch, each
+// with data {"i": i} and opts, and fails the test on an error.
+func PublishN(t testing.TB, snd driver.Sender, queueName, urn string, n int, opts ...queue.PublishOption) {
+	t.Helper()
+	batch := make([]queue.Outgoing, n)
+	for i := range batch {
+		env, err := core.New(urn, map[string]int{"i": i}, core.WithQueue(queueName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch[i] = queue.Outgoing{Envelope: env, Options: opts}
+	}
+	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
 }
