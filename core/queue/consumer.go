@@ -217,8 +217,9 @@ func WithShutdownTimeout(d time.Duration) ConsumerOption {
 }
 
 // WithSettleTimeout bounds each settlement call, which is not tied to Run's
-// context so that shutdown can still settle (default 30s; d <= 0 keeps it). Settlements share
-// a deadline renewed at half the timeout, so each gets at least half of d.
+// context so that shutdown can still settle (default 30s; d <= 0 keeps
+// it). Settlements share a deadline renewed at half the timeout, so each
+// gets at least half of d.
 func WithSettleTimeout(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.settleTimeout = d }
 }
