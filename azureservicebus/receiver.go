@@ -92,10 +92,10 @@ func (c *config) renewTick() time.Duration {
 
 // WithMaxLockRenewal bounds how long one message's lock is renewed
 // (default 1h); after that the lock expires and the message is redelivered.
-// A message a Release keeps locked for its delay (a session, for a
-// SessionReceiver) is renewed until it is abandoned, however long the delay.
 // For a SessionReceiver it bounds the renewal of the session lock while one
-// message is being handled.
+// message is being handled. A lock kept for the delay of a Release (the
+// message's, or for a SessionReceiver its session's) is renewed until the
+// abandon, however long the delay.
 func WithMaxLockRenewal(d time.Duration) ReceiverOption { return func(c *config) { c.maxRenewal = d } }
 
 // WithPollWait bounds how long one Receive waits for a first message

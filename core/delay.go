@@ -11,8 +11,8 @@ import (
 const maxDelay = time.Duration(1<<62 - 1)
 
 // ParseDelay reads the native bq-delay header, a delay in milliseconds that
-// the Java, .NET and Node transports and this module's Kafka and Pulsar
-// senders write on a delayed message. It reports false for a value that is
+// the Java, .NET and Node transports, and this project's Kafka and Pulsar
+// senders, write on a delayed message. It reports false for a value that is
 // not a whole number of milliseconds above zero (no delay), and saturates at
 // about 146 years instead of overflowing, so that a caller may still add to
 // the delay.
