@@ -230,7 +230,6 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		}
 	}
 	msgs, err := r.rcv.ReceiveMessages(pctx, max, nil)
-	cancel()
 	if err != nil && len(msgs) == 0 {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
