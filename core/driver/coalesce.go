@@ -21,7 +21,8 @@ const CoalesceTimeout = time.Minute
 // once, alone, from its caller's goroutine; messages sent while all are busy
 // wait, and leave together, up to maxBatch a send, as soon as one comes
 // back. A lone publisher's message therefore never waits, and concurrent
-// publishers share requests.
+// publishers share requests. A queue with nothing in flight or waiting is
+// forgotten, so that the Coalescer holds state only for queues in use.
 //
 // A shared send carries the first caller's context values (a trace) but
 // none of the callers' cancellation: it runs until the latest of their
@@ -43,6 +44,7 @@ func NewCoalescer(limit, maxBatch int, send func(ctx context.Context, msgs []*Me
 
 type coalesceQueue struct {
 	c        *Coalescer
+	queue    string
 	inflight int
 	waiting  []*coalesceWaiter // under c.mu
 }
@@ -66,7 +68,7 @@ func (c *Coalescer) Send(ctx context.Context, m *Message) error {
 		if c.queues == nil {
 			c.queues = map[string]*coalesceQueue{}
 		}
-		q = &coalesceQueue{c: c}
+		q = &coalesceQueue{c: c, queue: m.Queue}
 		c.queues[m.Queue] = q
 	}
 	if q.inflight < c.limit && len(q.waiting) == 0 {
@@ -126,7 +128,17 @@ func (q *coalesceQueue) release() {
 		go q.run()
 		return
 	}
+	q.done()
+}
+
+// done gives back a send slot, under c.mu. A queue with no send in flight
+// and nothing waiting is forgotten, so that a Coalescer used with many
+// queues over time holds only those in use.
+func (q *coalesceQueue) done() {
 	q.inflight--
+	if q.inflight == 0 && len(q.waiting) == 0 {
+		delete(q.c.queues, q.queue)
+	}
 }
 
 // run holds a send slot: it sends what waits, one shared send after
@@ -136,7 +148,7 @@ func (q *coalesceQueue) run() {
 		q.c.mu.Lock()
 		n := min(len(q.waiting), q.c.maxBatch)
 		if n == 0 {
-			q.inflight--
+			q.done()
 			q.c.mu.Unlock()
 			return
 		}
