@@ -253,3 +253,55 @@ func TestConcurrentPublishes(t *testing.T) {
 		})
 	}
 }
+
+// TestSendersAreBounded publishes to more entities than WithMaxSenders
+// allows, from concurrent callers: every publish succeeds (no link is
+// closed under a send), every message arrives, and afterwards the Sender
+// keeps no more senders than the bound.
+func TestSendersAreBounded(t *testing.T) {
+	client := newClient(t)
+	queues := make([]string, 6)
+	for i := range queues {
+		queues[i] = newQueue(t)
+	}
+	snd := NewSender(client, WithMaxSenders(2))
+	defer snd.Close(context.Background())
+	pub := queue.NewPublisher(snd)
+	const callers, each = 12, 10
+	want := map[string]int{}
+	var wg sync.WaitGroup
+	for c := range callers {
+		for i := range each {
+			want[queues[(c+i)%len(queues)]]++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if _, err := pub.Publish(context.Background(), queues[(c+i)%len(queues)], testURN, map[string]any{"i": i}); err != nil {
+					t.Errorf("publish: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := snd.senders.Len(); n > 2 {
+		t.Errorf("the Sender keeps %d senders, want at most 2", n)
+	}
+	for _, q := range queues {
+		r := newTestReceiver(t, client, q)
+		got := 0
+		drivertest.WaitUntil(t, 20*time.Second, "every message of "+q, func() bool {
+			ds, err := r.Receive(context.Background(), 50)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += len(ds)
+			return got >= want[q]
+		})
+		if got != want[q] {
+			t.Errorf("%s: %d messages, want %d", q, got, want[q])
+		}
+		_ = r.Close(context.Background())
+	}
+}

@@ -38,10 +38,11 @@ func TestDriverSuite(t *testing.T) {
 // application properties, in session sessionID when set.
 func sendRaw(snd *Sender, sessionID *string) func(t *testing.T, q string, body []byte, headers map[string]string) {
 	return func(t *testing.T, q string, body []byte, headers map[string]string) {
-		s, err := snd.sender(q)
+		s, err := snd.senders.Acquire(context.Background(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer snd.senders.Release(q)
 		props := map[string]any{}
 		for k, v := range headers {
 			props[k] = v

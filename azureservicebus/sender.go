@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -13,17 +12,17 @@ import (
 )
 
 // Sender publishes envelopes through one azservicebus.Sender per queue or
-// topic, created on first use and cached. It implements driver.Sender.
+// topic, created on first use and cached, up to WithMaxSenders of them. It
+// implements driver.Sender.
 type Sender struct {
 	client          *azservicebus.Client
 	now             func() time.Time
 	sessionFallback func(*driver.Message) string
 	maxBytes        int
+	maxSenders      int
 	logger          *slog.Logger
 
-	mu      sync.Mutex
-	senders map[string]*azservicebus.Sender
-	closed  bool
+	senders *driver.ProducerCache[*azservicebus.Sender]
 
 	noCoalesce bool
 	coalesce   *driver.Coalescer // single messages of concurrent Sends
@@ -43,13 +42,16 @@ const (
 // connection strings carry UseDevelopmentEmulator=true) or with
 // azservicebus.NewClient and an azcore.TokenCredential.
 func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
-	s := &Sender{client: client, now: time.Now, senders: map[string]*azservicebus.Sender{}, maxBytes: StandardMaxMessageBytes}
+	s := &Sender{client: client, now: time.Now, maxBytes: StandardMaxMessageBytes, maxSenders: DefaultMaxSenders}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
+	s.senders = driver.NewProducerCache(s.maxSenders, s.open, func(ctx context.Context, _ string, snd *azservicebus.Sender) error {
+		return snd.Close(ctx)
+	})
 	s.coalesce = driver.NewCoalescer(coalesceSlots, coalesceMaxBatch, func(ctx context.Context, msgs []*driver.Message) []error {
 		return driver.ErrorsOf(s.send(ctx, msgs), len(msgs))
 	})
@@ -65,6 +67,26 @@ func NewSender(client *azservicebus.Client, opts ...SenderOption) *Sender {
 // with a session always leave on their own: a partitioned entity takes a
 // batch of one session only.)
 func WithoutCoalescing() SenderOption { return func(s *Sender) { s.noCoalesce = true } }
+
+// DefaultMaxSenders is how many azservicebus senders (AMQP links) a Sender
+// keeps open by default.
+const DefaultMaxSenders = 1000
+
+// WithMaxSenders bounds the azservicebus senders a Sender keeps open, one
+// per queue or topic, each an AMQP link (default DefaultMaxSenders; n <= 0
+// keeps the default). Past the bound, the least recently used one with no
+// send in progress is closed, and opened again by the next send to its
+// entity: a service that publishes to many entities over time holds links
+// for the ones in use, not for every entity it ever published to. A sender
+// with a send in progress is never closed; while all are busy the Sender
+// keeps more.
+func WithMaxSenders(n int) SenderOption {
+	return func(s *Sender) {
+		if n > 0 {
+			s.maxSenders = n
+		}
+	}
+}
 
 // WithSenderLogger logs to l (default slog.Default()).
 func WithSenderLogger(l *slog.Logger) SenderOption { return func(s *Sender) { s.logger = l } }
@@ -125,21 +147,12 @@ func (s *Sender) project(m *driver.Message) *azservicebus.Message {
 	return msg
 }
 
-func (s *Sender) sender(queue string) (*azservicebus.Sender, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, driver.ErrClosed
-	}
-	if snd, ok := s.senders[queue]; ok {
-		return snd, nil
-	}
+func (s *Sender) open(queue string) (*azservicebus.Sender, error) {
 	snd, err := s.client.NewSender(queue, nil)
 	if err != nil {
 		s.logger.Warn("babelqueue/azureservicebus: cannot open a sender", slog.String("entity", queue), slog.Any("error", err))
 		return nil, fmt.Errorf("babelqueue/azureservicebus: sender for %s: %w", queue, err)
 	}
-	s.senders[queue] = snd
 	return snd, nil
 }
 
@@ -175,8 +188,11 @@ func (s *Sender) send(ctx context.Context, msgs []*driver.Message) error {
 	}
 	for _, q := range order {
 		idx := byQueue[q]
-		snd, err := s.sender(q)
+		snd, err := s.senders.Acquire(ctx, q)
 		if err != nil {
+			if !errors.Is(err, driver.ErrClosed) && ctx.Err() != nil {
+				err = fmt.Errorf("babelqueue/azureservicebus: sender for %s: %w", q, err)
+			}
 			for _, i := range idx {
 				errs[i] = err
 			}
@@ -184,9 +200,10 @@ func (s *Sender) send(ctx context.Context, msgs []*driver.Message) error {
 		}
 		if len(idx) == 1 {
 			errs[idx[0]] = s.sendOne(ctx, snd, msgs[idx[0]])
-			continue
+		} else {
+			s.sendBatches(ctx, snd, msgs, idx, errs)
 		}
-		s.sendBatches(ctx, snd, msgs, idx, errs)
+		s.senders.Release(q)
 	}
 	return driver.SendResult(errs)
 }
@@ -247,15 +264,4 @@ func (s *Sender) sendBatches(ctx context.Context, snd *azservicebus.Sender, msgs
 }
 
 // Close closes every cached sender.
-func (s *Sender) Close(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	ss := s.senders
-	s.senders = map[string]*azservicebus.Sender{}
-	s.mu.Unlock()
-	var errs []error
-	for _, snd := range ss {
-		errs = append(errs, snd.Close(ctx))
-	}
-	return errors.Join(errs...)
-}
+func (s *Sender) Close(ctx context.Context) error { return s.senders.Close(ctx) }
