@@ -3,11 +3,13 @@ package pulsar
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/babelqueue/transports/core"
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
@@ -111,5 +113,85 @@ func TestSendReportsPerMessageErrors(t *testing.T) {
 	var be *driver.BatchError
 	if !errors.As(err, &be) || be.Failed(0) != nil || be.Failed(1) == nil || be.Failed(2) != nil {
 		t.Fatalf("err = %v, want only message 1 failing", err)
+	}
+}
+
+// TestProducersAreBounded publishes to more topics than WithMaxProducers
+// allows, from concurrent callers, through batching producers that hold
+// each message for a while: every message is persisted (no producer is
+// closed with messages in flight), and afterwards the Sender keeps no more
+// producers than the bound.
+func TestProducersAreBounded(t *testing.T) {
+	client := newClient(t)
+	snd := NewSender(client, WithMaxProducers(2), WithProducerOptions(func(o *pulsar.ProducerOptions) {
+		o.DisableBatching = false
+		o.BatchingMaxPublishDelay = 20 * time.Millisecond
+	}))
+	defer snd.Close(context.Background())
+	topics := make([]string, 6)
+	for i := range topics {
+		topics[i] = newTopic(t)
+	}
+	const perCaller = 20
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []error
+		acked  int
+	)
+	for c := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perCaller {
+				topic := topics[(c+i)%len(topics)]
+				env, _ := core.New(testURN, map[string]any{"i": i}, core.WithQueue(topic))
+				body, _ := env.Encode()
+				m := &driver.Message{Envelope: env, Body: body, Queue: topic}
+				if i%2 == 0 {
+					err := snd.Send(context.Background(), []*driver.Message{m})
+					mu.Lock()
+					if err != nil {
+						failed = append(failed, err)
+					} else {
+						acked++
+					}
+					mu.Unlock()
+					continue
+				}
+				snd.SendAsync(context.Background(), []*driver.Message{m}, func(_ int, err error) {
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						failed = append(failed, err)
+					} else {
+						acked++
+					}
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	if err := snd.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n, errs := acked+len(failed), slices.Clone(failed)
+		mu.Unlock()
+		if len(errs) > 0 {
+			t.Fatalf("%d messages failed, first: %v", len(errs), errs[0])
+		}
+		if n == 12*perCaller {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages acknowledged after 30 s", n, 12*perCaller)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := snd.producers.Len(); n > 2 {
+		t.Fatalf("the Sender keeps %d producers, want at most 2", n)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/babelqueue/transports/core/driver"
@@ -47,6 +46,7 @@ type config struct {
 	consumerOpts func(*pulsar.ConsumerOptions)
 	backlog      int // driver.Capabilities.Backlog of a Receiver
 	maxHeld      int // messages a Receiver holds for their delay
+	maxProducers int // producers a Sender keeps open
 }
 
 // WithTopicPrefix maps a logical queue to prefix + queue, for example
@@ -64,35 +64,44 @@ func WithProducerOptions(fn func(*pulsar.ProducerOptions)) SenderOption {
 }
 
 // Sender publishes envelopes through one producer per topic, created on
-// first use and cached. It implements driver.Sender.
+// first use and cached, up to WithMaxProducers of them. It implements
+// driver.Sender.
 type Sender struct {
-	client pulsar.Client
-	cfg    config
-
-	mu        sync.Mutex
-	producers map[string]*producerEntry
-	closed    bool
+	client    pulsar.Client
+	cfg       config
+	producers *driver.ProducerCache[pulsar.Producer]
 }
 
-// producerEntry is a producer being created or created: ready closes when
-// p or err is set. Creating one never holds the Sender's mutex, so a slow
-// topic does not block publishes to the others.
-type producerEntry struct {
-	ready chan struct{}
-	p     pulsar.Producer
-	err   error
+// DefaultMaxProducers is how many producers a Sender keeps open by default.
+const DefaultMaxProducers = 1000
+
+// WithMaxProducers bounds the producers a Sender keeps open, one per topic
+// (default DefaultMaxProducers; n <= 0 keeps the default). Past the bound,
+// the least recently used producer with nothing in flight is flushed and
+// closed, and opened again by the next publish to its topic: a service that
+// publishes to many topics over time holds producers for the ones in use,
+// not for every topic it ever published to. A producer with messages in
+// flight is never closed; while all are busy the Sender keeps more.
+func WithMaxProducers(n int) SenderOption {
+	return senderOption(func(c *config) {
+		if n > 0 {
+			c.maxProducers = n
+		}
+	})
 }
 
 // NewSender returns a Sender on client, which the caller keeps ownership of.
 func NewSender(client pulsar.Client, opts ...SenderOption) *Sender {
-	var cfg config
+	cfg := config{maxProducers: DefaultMaxProducers}
 	for _, o := range opts {
 		o.applySender(&cfg)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	return &Sender{client: client, cfg: cfg, producers: map[string]*producerEntry{}}
+	s := &Sender{client: client, cfg: cfg}
+	s.producers = driver.NewProducerCache(cfg.maxProducers, s.create, closeProducer)
+	return s
 }
 
 // DefaultMaxMessageBytes is the broker's default maxMessageSize (5 MiB).
@@ -105,52 +114,45 @@ func (s *Sender) MaxMessageBytes(string) int { return DefaultMaxMessageBytes - 6
 // Topic returns the native topic of a logical queue.
 func (s *Sender) Topic(queue string) string { return s.cfg.prefix + queue }
 
-// producer returns the topic's producer, creating it on first use; it waits
-// no longer than ctx. A failed creation is forgotten, so the next publish
-// tries again.
+// producer returns the topic's producer, creating it on first use and
+// waiting no longer than ctx, and holds it until s.producers.Release. A
+// failed creation is forgotten, so the next publish tries again. Creating
+// one does not block publishes to other topics.
 func (s *Sender) producer(ctx context.Context, topic string) (pulsar.Producer, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, driver.ErrClosed
+	p, err := s.producers.Acquire(ctx, topic)
+	switch {
+	case err == nil, errors.Is(err, driver.ErrClosed):
+		return p, err
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("babelqueue/pulsar: producer for %s not ready: %w", topic, err)
 	}
-	e, ok := s.producers[topic]
-	if !ok {
-		e = &producerEntry{ready: make(chan struct{})}
-		s.producers[topic] = e
-		go s.create(topic, e)
-	}
-	s.mu.Unlock()
-	select {
-	case <-e.ready:
-		return e.p, e.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("babelqueue/pulsar: producer for %s not ready: %w", topic, ctx.Err())
-	}
+	return nil, err
 }
 
-func (s *Sender) create(topic string, e *producerEntry) {
+func (s *Sender) create(topic string) (pulsar.Producer, error) {
 	opts := pulsar.ProducerOptions{Topic: topic, DisableBatching: true}
 	if s.cfg.producerOpts != nil {
 		s.cfg.producerOpts(&opts)
 		opts.Topic = topic
 	}
 	p, err := s.client.CreateProducer(opts)
-	s.mu.Lock()
 	if err != nil {
-		e.err = fmt.Errorf("babelqueue/pulsar: producer for %s: %w", topic, err)
 		s.cfg.logger.Warn("babelqueue/pulsar: cannot create a producer; the next publish tries again",
 			slog.String("topic", topic), slog.Any("error", err))
-		delete(s.producers, topic)
-	} else if s.closed {
-		e.err = driver.ErrClosed
-		delete(s.producers, topic)
-		defer p.Close()
-	} else {
-		e.p = p
+		return nil, fmt.Errorf("babelqueue/pulsar: producer for %s: %w", topic, err)
 	}
-	s.mu.Unlock()
-	close(e.ready)
+	return p, nil
+}
+
+// closeProducer flushes p, waiting no longer than ctx, and closes it (which
+// fails whatever it still holds).
+func closeProducer(ctx context.Context, topic string, p pulsar.Producer) error {
+	var err error
+	if ferr := p.FlushWithCtx(ctx); ferr != nil {
+		err = fmt.Errorf("babelqueue/pulsar: flush %s: %w", topic, ferr)
+	}
+	p.Close()
+	return err
 }
 
 // Send publishes msgs and waits until the broker persisted each; a partial
@@ -170,6 +172,7 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 	// producer's batching delay.
 	for _, p := range used {
 		_ = p.FlushWithCtx(ctx) // a failure shows in the callbacks
+		s.producers.Release(p.Topic())
 	}
 	errs := make([]error, len(msgs))
 	pending := len(msgs)
@@ -196,10 +199,14 @@ func (s *Sender) Send(ctx context.Context, msgs []*driver.Message) error {
 // (index i of msgs) when the broker persisted it or it failed. The producer
 // batches by its BatchingMaxPublishDelay.
 func (s *Sender) SendAsync(ctx context.Context, msgs []*driver.Message, done func(i int, err error)) {
-	s.sendAsync(ctx, msgs, done)
+	for _, p := range s.sendAsync(ctx, msgs, done) {
+		s.producers.Release(p.Topic())
+	}
 }
 
-// sendAsync is SendAsync returning the producers it used.
+// sendAsync is SendAsync returning the producers it used, each held once
+// more until the caller releases it. Every message holds its producer until
+// its callback, so that a producer is never closed with it in flight.
 func (s *Sender) sendAsync(ctx context.Context, msgs []*driver.Message, done func(i int, err error)) []pulsar.Producer {
 	var used []pulsar.Producer
 	for i, m := range msgs {
@@ -210,9 +217,15 @@ func (s *Sender) sendAsync(ctx context.Context, msgs []*driver.Message, done fun
 			continue
 		}
 		if !slices.Contains(used, p) {
-			used = append(used, p)
+			// Held for the caller too. This message holds p, so the cache
+			// has it open and returns it at once (unless the Sender closed;
+			// then Close flushes it).
+			if _, err := s.producers.Acquire(ctx, topic); err == nil {
+				used = append(used, p)
+			}
 		}
 		p.SendAsync(ctx, ProducerMessage(m), func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			defer s.producers.Release(topic)
 			switch {
 			case errors.Is(err, pulsar.ErrMessageTooLarge):
 				err = fmt.Errorf("babelqueue/pulsar: sending %d bytes to %s: %w: %w", len(m.Body), topic, driver.ErrTooLarge, err)
@@ -227,29 +240,12 @@ func (s *Sender) sendAsync(ctx context.Context, msgs []*driver.Message, done fun
 
 // Flush waits for every message handed to the producers so far.
 func (s *Sender) Flush(ctx context.Context) error {
-	for _, p := range s.ready() {
+	return s.producers.Each(func(topic string, p pulsar.Producer) error {
 		if err := p.FlushWithCtx(ctx); err != nil {
-			return fmt.Errorf("babelqueue/pulsar: flush %s: %w", p.Topic(), err)
+			return fmt.Errorf("babelqueue/pulsar: flush %s: %w", topic, err)
 		}
-	}
-	return nil
-}
-
-// ready returns the producers created so far.
-func (s *Sender) ready() []pulsar.Producer {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ps []pulsar.Producer
-	for _, e := range s.producers {
-		select {
-		case <-e.ready:
-			if e.p != nil {
-				ps = append(ps, e.p)
-			}
-		default:
-		}
-	}
-	return ps
+		return nil
+	})
 }
 
 // As sets target, a *pulsar.Client, to the client the Sender publishes
@@ -264,20 +260,4 @@ func (s *Sender) As(target any) bool {
 
 // Close flushes every producer (waiting no longer than ctx) and closes
 // them. The client is the caller's and stays open.
-func (s *Sender) Close(ctx context.Context) error {
-	ps := s.ready()
-	var err error
-	for _, p := range ps {
-		if ferr := p.FlushWithCtx(ctx); ferr != nil && err == nil {
-			err = fmt.Errorf("babelqueue/pulsar: flush %s: %w", p.Topic(), ferr)
-		}
-	}
-	s.mu.Lock()
-	s.closed = true
-	s.producers = map[string]*producerEntry{}
-	s.mu.Unlock()
-	for _, p := range ps {
-		p.Close()
-	}
-	return err
-}
+func (s *Sender) Close(ctx context.Context) error { return s.producers.Close(ctx) }
