@@ -193,10 +193,37 @@ type Receiver interface {
 	Capabilities() Capabilities
 }
 
+// ErrRejected is matched by a Sender's error when the broker, or the driver
+// for it, can never publish the message as it is: it is past the size limit
+// (ErrTooLarge), carries more headers than the broker takes, or asks for a
+// delay the broker cannot keep. Sending it again fails the same way, so a
+// caller that holds the message (the outbox relay) sets it aside instead of
+// retrying it. Drivers make their own such errors with Rejection.
+var ErrRejected = errors.New("babelqueue: the broker cannot take the message")
+
 // ErrTooLarge is wrapped by a Sender's error when a message exceeds the
 // broker's size limit. The runtime then falls back to a smaller dead-letter
-// copy instead of retrying a publish that can never succeed.
-var ErrTooLarge = errors.New("babelqueue: message exceeds the broker's size limit")
+// copy instead of retrying a publish that can never succeed. It matches
+// ErrRejected.
+var ErrTooLarge = Rejection("babelqueue: message exceeds the broker's size limit", nil)
+
+// Rejection returns a new sentinel error with text for a message the broker
+// can never take: errors.Is matches it with itself, with ErrRejected and,
+// when kind is not nil, with kind (ErrTooLarge for a driver's own size
+// error), so that the runtime and the outbox treat it as they treat kind.
+func Rejection(text string, kind error) error { return &rejection{text: text, kind: kind} }
+
+type rejection struct {
+	text string
+	kind error
+}
+
+func (r *rejection) Error() string { return r.text }
+
+// Is matches ErrRejected and r's kind.
+func (r *rejection) Is(target error) bool {
+	return target == ErrRejected || (r.kind != nil && errors.Is(r.kind, target))
+}
 
 // SizeLimiter is implemented by senders that know the broker's message size
 // limit, so the runtime can check a retry or dead-letter copy before it
