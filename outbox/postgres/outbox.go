@@ -245,8 +245,9 @@ type RoundResult struct {
 var ErrUndecodableRow = errors.New("babelqueue/outbox: row is not an envelope")
 
 // ErrRejectedRow is reported (wrapped, with the sender's error) for a row
-// the broker can never take, such as one past its size limit
-// (driver.ErrTooLarge): the row is left in the table with undecodable set
+// the broker can never take (driver.ErrRejected), such as one past its size
+// limit (driver.ErrTooLarge) or, on SQS, one with more headers than SQS
+// carries or a delay SQS cannot keep: the row is left in the table with undecodable set
 // and the error in last_error, and is not taken again. Retried, it would
 // fail every round and hold the relay at its longest backoff.
 var ErrRejectedRow = errors.New("babelqueue/outbox: the broker cannot take the row")
@@ -427,8 +428,10 @@ type rejection struct {
 }
 
 // permanent reports whether a publish failed for a reason no retry
-// changes: the message is larger than the broker takes.
-func permanent(err error) bool { return errors.Is(err, driver.ErrTooLarge) }
+// changes: the broker can never take the message as it is
+// (driver.ErrRejected: past its size limit, with more headers than it
+// carries, with a delay it cannot keep).
+func permanent(err error) bool { return errors.Is(err, driver.ErrRejected) }
 
 // Pending returns how many rows wait to be relayed (undecodable ones aside).
 func Pending(ctx context.Context, db interface {

@@ -362,3 +362,75 @@ func BenchmarkRelay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
 }
+
+// refusing sends through a real sender, but refuses the messages to queue
+// "refused" as a driver refuses what its broker can never take (SQS: more
+// headers than it carries, a delay it cannot keep).
+type refusing struct{ driver.Sender }
+
+var errRefused = driver.Rejection("test: the broker cannot carry this message", nil)
+
+func (r refusing) Send(ctx context.Context, msgs []*driver.Message) error {
+	errs := make([]error, len(msgs))
+	var pass []*driver.Message
+	var at []int
+	for i, m := range msgs {
+		if m.Queue == "refused" {
+			errs[i] = fmt.Errorf("sending to %s: %w", m.Queue, errRefused)
+			continue
+		}
+		pass, at = append(pass, m), append(at, i)
+	}
+	if len(pass) > 0 {
+		for j, err := range driver.ErrorsOf(r.Sender.Send(ctx, pass), len(pass)) {
+			errs[at[j]] = err
+		}
+	}
+	return driver.SendResult(errs)
+}
+
+// TestRowRejectedForAnyReasonIsSetAside: a row refused with any
+// driver.ErrRejected, not only one past the size limit, is reported once
+// and set aside, and the rows after it go out without the relay backing
+// off.
+func TestRowRejectedForAnyReasonIsSetAside(t *testing.T) {
+	p := pool(t)
+	table := newTable(t, p)
+	snd, count := cluster(t, "orders")
+	ctx := context.Background()
+	if _, err := outbox.Publish(ctx, p, "refused", urn, map[string]any{"i": -1}, outbox.WithTable(table)); err != nil {
+		t.Fatal(err)
+	}
+	ids := publishRows(t, p, table, 3)
+	var rejected, other atomic.Int32
+	stop := runRelay(t, outbox.NewRelay(p, refusing{snd}, outbox.WithRelayTable(table), outbox.WithPollInterval(50*time.Millisecond),
+		outbox.WithMaxBackoff(30*time.Second), outbox.WithErrorHandler(func(err error) {
+			if errors.Is(err, outbox.ErrRejectedRow) && errors.Is(err, errRefused) {
+				rejected.Add(1)
+			} else {
+				other.Add(1)
+				t.Logf("reported: %v", err)
+			}
+		})))
+	waitPending(t, p, table, 0)
+	more := publishRows(t, p, table, 2)
+	waitPending(t, p, table, 0)
+	stop()
+	if rejected.Load() != 1 || other.Load() != 0 {
+		t.Errorf("reported %d rejections and %d other errors, want one rejection", rejected.Load(), other.Load())
+	}
+	var left int
+	var lastErr string
+	if err := p.QueryRow(ctx, `SELECT count(*), max(last_error) FROM `+table+` WHERE undecodable AND sent_at IS NULL`).Scan(&left, &lastErr); err != nil || left != 1 {
+		t.Errorf("rejected rows left in place: %d (%v), want 1", left, err)
+	}
+	if !strings.Contains(lastErr, "cannot carry") {
+		t.Errorf("last_error %q does not say why", lastErr)
+	}
+	got := count()
+	for _, id := range append(ids, more...) {
+		if got[id] != 1 {
+			t.Errorf("row %s sent %d times, want once", id, got[id])
+		}
+	}
+}
