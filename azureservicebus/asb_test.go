@@ -226,8 +226,8 @@ func TestConcurrentPublishes(t *testing.T) {
 					t.Errorf("publish %d: %v", i, err)
 				}
 			}
-			if !errors.Is(errs[n], ErrTooLarge) {
-				t.Errorf("the oversized publish returned %v, want ErrTooLarge", errs[n])
+			if !errors.Is(errs[n], ErrTooLarge) || !errors.Is(errs[n], driver.ErrTooLarge) {
+				t.Errorf("the oversized publish returned %v, want ErrTooLarge, a driver.ErrTooLarge", errs[n])
 			}
 			r := newTestReceiver(t, client, q)
 			defer r.Close(context.Background())

@@ -1,7 +1,6 @@
 package azureservicebus
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -33,7 +32,10 @@ const (
 const MaxMessageSize = 256 << 10
 
 // ErrTooLarge reports a message that does not fit the entity's size limit.
-var ErrTooLarge = errors.New("babelqueue/azureservicebus: message exceeds the Service Bus size limit")
+// It matches driver.ErrTooLarge (and so driver.ErrRejected): the runtime
+// falls back to a smaller dead-letter copy, and the outbox relay sets the
+// row aside.
+var ErrTooLarge = driver.Rejection("babelqueue/azureservicebus: message exceeds the Service Bus size limit", driver.ErrTooLarge)
 
 func isContract(name string) bool {
 	switch name {
