@@ -1,7 +1,6 @@
 package sqs
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -54,8 +53,9 @@ const MaxDelay = 15 * time.Minute
 // which takes no per-message delay (SQS's own API refuses both). A retry
 // copy (queue.RetryRepublish) delayed past MaxDelay is refused too: the
 // runtime then releases the message it failed to copy, and SQS keeps the
-// delay as its visibility timeout (up to 12 hours).
-var ErrDelayUnsupported = errors.New("babelqueue/sqs: SQS cannot keep the delay asked for")
+// delay as its visibility timeout (up to 12 hours). It matches
+// driver.ErrRejected.
+var ErrDelayUnsupported = driver.Rejection("babelqueue/sqs: SQS cannot keep the delay asked for", nil)
 
 // seconds rounds a delay up to whole seconds, the unit of SQS visibility
 // timeouts and delays: a 500ms backoff becomes 1s, never 0 (which would
@@ -70,8 +70,9 @@ func seconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
 
-// ErrTooManyAttributes reports more than 10 message attributes.
-var ErrTooManyAttributes = errors.New("babelqueue/sqs: more than 10 message attributes")
+// ErrTooManyAttributes reports more than 10 message attributes. It matches
+// driver.ErrRejected.
+var ErrTooManyAttributes = driver.Rejection("babelqueue/sqs: more than 10 message attributes", nil)
 
 func str(v string) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}

@@ -69,8 +69,8 @@ func TestDelaysSQSCannotKeepAreRefused(t *testing.T) {
 			m.Envelope, m.Body = env, body
 			in, err := snd.Input(&m)
 			if c.err {
-				if !errors.Is(err, ErrDelayUnsupported) {
-					t.Fatalf("err = %v, want ErrDelayUnsupported", err)
+				if !errors.Is(err, ErrDelayUnsupported) || !errors.Is(err, driver.ErrRejected) {
+					t.Fatalf("err = %v, want ErrDelayUnsupported, a driver.ErrRejected", err)
 				}
 				return
 			}

@@ -216,7 +216,7 @@ func TestAttributeLimits(t *testing.T) {
 	body, _ := env.Encode()
 	h := map[string]string{"traceparent": "00-1-2-01", "tracestate": "a=b", "bq-replay-bypass": "1", "x-a": "1", "x-b": "2", bqJobSpoof: "spoof", "empty": ""}
 	attrs, err := Attributes(&driver.Message{Envelope: env, Body: body, Headers: h}, false)
-	if !errors.Is(err, ErrTooManyAttributes) {
+	if !errors.Is(err, ErrTooManyAttributes) || !errors.Is(err, driver.ErrRejected) {
 		t.Fatalf("11 attributes: err = %v, attrs %d", err, len(attrs))
 	}
 	delete(h, "x-b")
