@@ -18,17 +18,25 @@ const urn = "urn:babel:test:thing"
 
 var errBoom = errors.New("boom")
 
-// faultySender fails every Send to a queue while failing is set.
+// faultySender fails every Send to a queue while failing is set, and
+// refuses every message as one the broker can never take while rejecting
+// is set.
 type faultySender struct {
 	driver.Sender
-	failing atomic.Bool
-	calls   atomic.Int32
+	failing   atomic.Bool
+	rejecting atomic.Bool
+	calls     atomic.Int32
 }
+
+var errCannotKeep = driver.Rejection("test broker: cannot keep the delay asked for", nil)
 
 func (f *faultySender) Send(ctx context.Context, msgs []*driver.Message) error {
 	f.calls.Add(1)
 	if f.failing.Load() {
 		return errors.New("broker unavailable")
+	}
+	if f.rejecting.Load() {
+		return errCannotKeep
 	}
 	return f.Sender.Send(ctx, msgs)
 }
@@ -152,6 +160,48 @@ func TestRetryPublishFailureReleasesAndReports(t *testing.T) {
 	})
 	if err := run(t, c, ok.Load); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Rule: a retry copy the broker can never take (driver.ErrRejected, such as
+// SQS's refusal of a delay past 15 minutes) is a native retry, not a
+// settlement failure: the original is released with the backoff, the
+// broker counts the attempt, and no SettleError is reported.
+func TestRejectedRetryCopyRetriesNatively(t *testing.T) {
+	e := newEnv(t, time.Hour)
+	e.publish(t, nil)
+	e.snd.rejecting.Store(true)
+	var mu sync.Mutex
+	var attempts []int
+	var at []time.Time
+	c := e.consumer(queue.WithBackoff(queue.Constant(150*time.Millisecond)), queue.WithMaxAttempts(3), queue.WithDeadLetter(""))
+	c.Handle(urn, func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts, at = append(attempts, m.Envelope.Attempts), append(at, time.Now())
+		if len(attempts) == 3 {
+			return nil
+		}
+		return errBoom
+	})
+	if err := run(t, c, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.errs) != 0 {
+		t.Errorf("reported %v; a native retry is no settlement failure", <-e.errs)
+	}
+	if n := e.rcv.releases.Load(); n != 2 {
+		t.Errorf("%d releases, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if attempts[0] != 0 || attempts[1] != 1 || attempts[2] != 2 {
+		t.Errorf("attempts seen %v, want [0 1 2] from the receive count", attempts)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 150*time.Millisecond {
+			t.Errorf("attempt %d came %v after the one before, sooner than the 150ms backoff", i, gap)
+		}
 	}
 }
 

@@ -206,6 +206,18 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 			slog.String("urn", env.URN), slog.String("queue", d.Queue), slog.String("id", env.Meta.ID))
 		c.toDeadLetter(m, core.ReasonFailed, herr, next, start)
 		return
+	case errors.Is(err, driver.ErrRejected):
+		// The broker can never take this copy (SQS: a delay past 15
+		// minutes), but it can keep the original: retry natively, the
+		// broker counting the attempt and keeping the delay.
+		c.logger.Info("babelqueue: the broker cannot take the retry copy; retrying natively",
+			slog.String("urn", env.URN), slog.String("queue", d.Queue), slog.String("id", env.Meta.ID),
+			slog.Duration("delay", delay), slog.Any("reason", err))
+		if c.release(d, delay, m) {
+			c.metrics.Retried(d.Queue, env.URN, next)
+			c.handled(d.Queue, env.URN, OutcomeRetried, start)
+		}
+		return
 	default:
 		c.copyFailed("retry-publish", m, delay, err)
 		return
