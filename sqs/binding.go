@@ -52,9 +52,9 @@ const MaxDelay = 15 * time.Minute
 // of: more than MaxDelay, or a delay asked for at publish on a FIFO queue,
 // which takes no per-message delay (SQS's own API refuses both). A retry
 // copy (queue.RetryRepublish) delayed past MaxDelay is refused too: the
-// runtime then releases the message it failed to copy, and SQS keeps the
-// delay as its visibility timeout (up to 12 hours). It matches
-// driver.ErrRejected.
+// runtime then retries natively, releasing the message it could not copy,
+// and SQS keeps the delay as its visibility timeout (up to 12 hours). It
+// matches driver.ErrRejected.
 var ErrDelayUnsupported = driver.Rejection("babelqueue/sqs: SQS cannot keep the delay asked for", nil)
 
 // seconds rounds a delay up to whole seconds, the unit of SQS visibility

@@ -95,11 +95,12 @@ func TestLongRepublishBackoffIsKeptByVisibility(t *testing.T) {
 	publish(t, snd, q, nil)
 	r := newTestReceiver(t, q)
 	defer r.Close(context.Background())
-	var runs atomic.Int32
+	var runs, reported atomic.Int32
 	stop := drivertest.StartConsumer(t, r, snd, testURN, func(context.Context, *queue.Message) error {
 		runs.Add(1)
 		return errors.New("fails")
-	}, queue.WithRetryMode(queue.RetryRepublish), queue.WithBackoff(queue.Constant(20*time.Minute)))
+	}, queue.WithRetryMode(queue.RetryRepublish), queue.WithBackoff(queue.Constant(20*time.Minute)),
+		queue.WithErrorHandler(func(err error) { reported.Add(1); t.Logf("reported: %v", err) }))
 	drivertest.WaitUntil(t, 15*time.Second, "the first run", func() bool { return runs.Load() == 1 })
 	api := client(t)
 	counts := func() (visible, inFlight, delayed string) {
@@ -123,6 +124,9 @@ func TestLongRepublishBackoffIsKeptByVisibility(t *testing.T) {
 	_ = stop()
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times within seconds of a 20-minute backoff", n)
+	}
+	if n := reported.Load(); n != 0 {
+		t.Errorf("%d errors reported; a retry kept natively is no settlement failure", n)
 	}
 	if v, f, d := counts(); v != "0" || f != "1" || d != "0" {
 		t.Errorf("queue: %s visible, %s in flight, %s delayed; want the one message in flight (released for 20 minutes), no copy", v, f, d)
