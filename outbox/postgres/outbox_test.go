@@ -304,10 +304,20 @@ func TestRejectedRowIsReportedAndKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids = append(ids, publishRows(t, p, table, 2)...)
+	relaySettingAside(t, p, table, snd, driver.ErrTooLarge, "size limit", count, ids)
+}
+
+// relaySettingAside relays the rows of table, one of which snd rejects
+// with sentinel, and checks that the rejected row is reported once and set
+// aside with why in last_error, that nothing else is reported, that every
+// row of ids (and two published meanwhile) goes out once, and that the
+// relay does not back off for the rejected row.
+func relaySettingAside(t *testing.T, p *pgxpool.Pool, table string, snd driver.Sender, sentinel error, why string, count func() map[string]int, ids []string) {
+	t.Helper()
 	var rejected, other atomic.Int32
 	stop := runRelay(t, outbox.NewRelay(p, snd, outbox.WithRelayTable(table), outbox.WithPollInterval(50*time.Millisecond),
 		outbox.WithMaxBackoff(30*time.Second), outbox.WithErrorHandler(func(err error) {
-			if errors.Is(err, outbox.ErrRejectedRow) && errors.Is(err, driver.ErrTooLarge) {
+			if errors.Is(err, outbox.ErrRejectedRow) && errors.Is(err, sentinel) {
 				rejected.Add(1)
 			} else {
 				other.Add(1)
@@ -316,7 +326,7 @@ func TestRejectedRowIsReportedAndKept(t *testing.T) {
 		})))
 	waitPending(t, p, table, 0)
 	// The relay is not backing off: rows published now go out at once.
-	more := publishRows(t, p, table, 2)
+	ids = append(ids, publishRows(t, p, table, 2)...)
 	start := time.Now()
 	waitPending(t, p, table, 0)
 	if took := time.Since(start); took > 5*time.Second {
@@ -328,14 +338,14 @@ func TestRejectedRowIsReportedAndKept(t *testing.T) {
 	}
 	var left int
 	var lastErr string
-	if err := p.QueryRow(ctx, `SELECT count(*), max(last_error) FROM `+table+` WHERE undecodable AND sent_at IS NULL`).Scan(&left, &lastErr); err != nil || left != 1 {
+	if err := p.QueryRow(context.Background(), `SELECT count(*), max(last_error) FROM `+table+` WHERE undecodable AND sent_at IS NULL`).Scan(&left, &lastErr); err != nil || left != 1 {
 		t.Errorf("rejected rows left in place: %d (%v), want 1", left, err)
 	}
-	if !strings.Contains(lastErr, "size limit") {
-		t.Errorf("last_error %q does not say why", lastErr)
+	if !strings.Contains(lastErr, why) {
+		t.Errorf("last_error %q does not say why (%q)", lastErr, why)
 	}
 	got := count()
-	for _, id := range append(ids, more...) {
+	for _, id := range ids {
 		if got[id] != 1 {
 			t.Errorf("row %s sent %d times, want once", id, got[id])
 		}
@@ -402,35 +412,5 @@ func TestRowRejectedForAnyReasonIsSetAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := publishRows(t, p, table, 3)
-	var rejected, other atomic.Int32
-	stop := runRelay(t, outbox.NewRelay(p, refusing{snd}, outbox.WithRelayTable(table), outbox.WithPollInterval(50*time.Millisecond),
-		outbox.WithMaxBackoff(30*time.Second), outbox.WithErrorHandler(func(err error) {
-			if errors.Is(err, outbox.ErrRejectedRow) && errors.Is(err, errRefused) {
-				rejected.Add(1)
-			} else {
-				other.Add(1)
-				t.Logf("reported: %v", err)
-			}
-		})))
-	waitPending(t, p, table, 0)
-	more := publishRows(t, p, table, 2)
-	waitPending(t, p, table, 0)
-	stop()
-	if rejected.Load() != 1 || other.Load() != 0 {
-		t.Errorf("reported %d rejections and %d other errors, want one rejection", rejected.Load(), other.Load())
-	}
-	var left int
-	var lastErr string
-	if err := p.QueryRow(ctx, `SELECT count(*), max(last_error) FROM `+table+` WHERE undecodable AND sent_at IS NULL`).Scan(&left, &lastErr); err != nil || left != 1 {
-		t.Errorf("rejected rows left in place: %d (%v), want 1", left, err)
-	}
-	if !strings.Contains(lastErr, "cannot carry") {
-		t.Errorf("last_error %q does not say why", lastErr)
-	}
-	got := count()
-	for _, id := range append(ids, more...) {
-		if got[id] != 1 {
-			t.Errorf("row %s sent %d times, want once", id, got[id])
-		}
-	}
+	relaySettingAside(t, p, table, refusing{snd}, errRefused, "cannot carry", count, ids)
 }
