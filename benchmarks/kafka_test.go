@@ -39,14 +39,14 @@ type producerMode int
 
 const (
 	// defaults is each implementation's default producer at acks=all:
-	// franz-go's (this project's and the raw client's) is idempotent, with
-	// one produce request in flight per broker so that a retry can neither
-	// duplicate nor reorder records; Sarama's (Watermill's) is not, with up
-	// to five in flight.
+	// franz-go's (this project's and the raw client's) is idempotent, so
+	// that a retry can neither duplicate nor reorder records, with up to
+	// five produce requests in flight per broker once the broker first
+	// answered; Sarama's (Watermill's) is not idempotent, with up to five.
 	defaults producerMode = iota
-	// nonIdempotent is every producer without idempotence, at acks=all and
-	// up to five requests in flight per broker: Sarama's default, and
-	// franz-go with kgo.DisableIdempotentWrite.
+	// nonIdempotent is every producer without idempotence, at acks=all:
+	// Sarama's default, and franz-go with kgo.DisableIdempotentWrite (one
+	// request in flight per broker, franz-go's default without it).
 	nonIdempotent
 )
 
