@@ -97,6 +97,12 @@ func committed(t *testing.T, group, topic string) map[int32]int64 {
 
 func endOffsets(t *testing.T, topic string) map[int32]int64 {
 	t.Helper()
+	return endOffsetsOn(t, seeds, topic)
+}
+
+// endOffsetsOn is endOffsets on other seed brokers.
+func endOffsetsOn(t *testing.T, seeds []string, topic string) map[int32]int64 {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		t.Fatal(err)
