@@ -15,12 +15,12 @@ const CoalesceTimeout = time.Minute
 
 // Coalescer gathers the single messages that concurrent callers send to one
 // queue into shared sends, for a driver whose broker takes several messages
-// in one request (SQS's SendMessageBatch, a Service Bus message batch), as
-// Go CDK's batcher does for its drivers. At most limit sends to a queue are
-// in flight: a message that finds one free and nothing waiting is sent at
-// once, alone, from its caller's goroutine; messages sent while all are busy
-// wait, and leave together, up to maxBatch a send, as soon as one comes
-// back. A lone publisher's message therefore never waits, and concurrent
+// in one request (SQS's SendMessageBatch, a Service Bus message batch, a
+// Kafka produce request), as Go CDK's batcher does for its drivers. At most
+// limit sends to a queue are in flight: a message that finds one free and
+// nothing waiting is sent at once, alone, from its caller's goroutine;
+// messages sent while all are busy wait, and leave together, up to maxBatch
+// a send, as soon as one comes back. A lone publisher's message therefore never waits, and concurrent
 // publishers share requests. A queue with nothing in flight or waiting is
 // forgotten, so that the Coalescer holds state only for queues in use.
 //
