@@ -94,20 +94,3 @@ func TestConcurrentPublishesShareProduceRequests(t *testing.T) {
 		})
 	}
 }
-
-// TestLonePublishIsNotHeldBack: a publisher alone never waits for a shared
-// send; sequential publishes each take one produce request.
-func TestLonePublishIsNotHeldBack(t *testing.T) {
-	topic := newTopics(t, 1)
-	var produces produceCounter
-	snd := newTestSender(t, WithClientOptions(kgo.WithHooks(&produces)))
-	pub := queue.NewPublisher(snd)
-	for i := range 20 {
-		if _, err := pub.Publish(context.Background(), topic, testURN, map[string]any{"i": i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := produces.n.Load(); n != 20 {
-		t.Errorf("%d produce requests for 20 sequential publishes, want 20", n)
-	}
-}
