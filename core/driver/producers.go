@@ -78,12 +78,12 @@ func (c *ProducerCache[P]) Acquire(ctx context.Context, key string) (P, error) {
 		select {
 		case <-e.ready:
 		case <-ctx.Done():
-			c.unref(e)
+			c.unhold(e)
 			return zero, ctx.Err()
 		}
 	}
 	if e.err != nil {
-		c.unref(e)
+		c.unhold(e)
 		return zero, e.err
 	}
 	return e.p, nil
@@ -95,17 +95,20 @@ func (c *ProducerCache[P]) Release(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[key]; ok && e.refs > 0 {
-		e.refs--
-		if e.refs == 0 {
-			c.evictLocked()
-		}
+		c.unholdLocked(e)
 	}
 }
 
-// unref ends the hold of an Acquire that returns no producer.
-func (c *ProducerCache[P]) unref(e *cachedProducer[P]) {
+// unhold ends the hold of an Acquire that returns no producer.
+func (c *ProducerCache[P]) unhold(e *cachedProducer[P]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.unholdLocked(e)
+}
+
+// unholdLocked ends one hold of e, and evicts past the bound once nothing
+// holds it (under c.mu).
+func (c *ProducerCache[P]) unholdLocked(e *cachedProducer[P]) {
 	e.refs--
 	if e.refs == 0 && c.entries[e.key] == e {
 		c.evictLocked()
@@ -126,15 +129,11 @@ func (c *ProducerCache[P]) openEntry(e *cachedProducer[P]) {
 	default:
 		e.p = p
 	}
-	c.mu.Unlock()
 	close(e.ready)
-	if err == nil {
-		c.mu.Lock()
-		if e.refs == 0 && !c.closed {
-			c.evictLocked() // opened for callers all gone
-		}
-		c.mu.Unlock()
+	if err == nil && e.refs == 0 && !c.closed {
+		c.evictLocked() // opened for callers all gone
 	}
+	c.mu.Unlock()
 }
 
 // evictLocked closes the least recently used open producers no caller
@@ -191,7 +190,7 @@ func (c *ProducerCache[P]) holdOpen() []*cachedProducer[P] {
 	defer c.mu.Unlock()
 	var held []*cachedProducer[P]
 	for _, e := range c.entries {
-		if isClosed(e.ready) && e.err == nil {
+		if isClosed(e.ready) { // a failed open is not in the map
 			e.refs++
 			held = append(held, e)
 		}
@@ -215,7 +214,7 @@ func (c *ProducerCache[P]) Close(ctx context.Context) error {
 	c.closed = true
 	var open []*cachedProducer[P]
 	for _, e := range c.entries {
-		if isClosed(e.ready) && e.err == nil {
+		if isClosed(e.ready) {
 			open = append(open, e)
 		}
 	}

@@ -183,10 +183,7 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 	c.logger.Info("babelqueue: handler failed; retrying", slog.String("urn", env.URN), slog.String("queue", d.Queue),
 		slog.String("id", env.Meta.ID), slog.Int("attempts", next), slog.Duration("delay", delay), slog.Any("error", herr))
 	if c.retryNative && c.caps.NativeRetry {
-		if c.release(d, delay, m) {
-			c.metrics.Retried(d.Queue, env.URN, next)
-			c.handled(d.Queue, env.URN, OutcomeRetried, start)
-		}
+		c.retryNatively(m, next, delay, start)
 		return
 	}
 	cp := env.WithAttempts(next)
@@ -213,10 +210,7 @@ func (c *Consumer) retry(m *Message, next int, herr error, start time.Time) {
 		c.logger.Info("babelqueue: the broker cannot take the retry copy; retrying natively",
 			slog.String("urn", env.URN), slog.String("queue", d.Queue), slog.String("id", env.Meta.ID),
 			slog.Duration("delay", delay), slog.Any("reason", err))
-		if c.release(d, delay, m) {
-			c.metrics.Retried(d.Queue, env.URN, next)
-			c.handled(d.Queue, env.URN, OutcomeRetried, start)
-		}
+		c.retryNatively(m, next, delay, start)
 		return
 	default:
 		c.copyFailed("retry-publish", m, delay, err)
@@ -333,6 +327,16 @@ func (c *Consumer) publishFirstFitting(candidates []func() (*driver.Message, err
 		}
 	}
 	return nil, false
+}
+
+// retryNatively releases m's delivery for the broker to redeliver after
+// delay, counting attempt next as retried once the release succeeded.
+func (c *Consumer) retryNatively(m *Message, next int, delay time.Duration, start time.Time) {
+	d, urn := m.Delivery, m.Envelope.URN
+	if c.release(d, delay, m) {
+		c.metrics.Retried(d.Queue, urn, next)
+		c.handled(d.Queue, urn, OutcomeRetried, start)
+	}
 }
 
 // send publishes one copy. It returns nil, an error wrapping driver.ErrTooLarge
