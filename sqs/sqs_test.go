@@ -535,7 +535,7 @@ func TestCloseEndsPollers(t *testing.T) {
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := pollers() - before; n != 0 {
+	if n := goroutinesEnded("sqs.(*Receiver).poller(", before) - before; n != 0 {
 		t.Fatalf("%d pollers still running after Close", n)
 	}
 	// What was received and never settled comes back once its visibility
@@ -607,7 +607,7 @@ func TestCloseEndsFlushers(t *testing.T) {
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if k := goroutines("sqs.(*Receiver).flusher(") - before; k != 0 {
+	if k := goroutinesEnded("sqs.(*Receiver).flusher(", before) - before; k != 0 {
 		t.Fatalf("%d flushers still running after Close", k)
 	}
 	for _, d := range late {
@@ -686,6 +686,17 @@ func goroutines(fn string) int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	return strings.Count(string(buf), fn)
+}
+
+// goroutinesEnded is goroutines(fn) once it is down to want, or after a
+// second: a worker's goroutine signals its WaitGroup before it returns, so
+// right after Close has waited for it a stack dump can still show it.
+func goroutinesEnded(fn string, want int) int {
+	n := goroutines(fn)
+	for deadline := time.Now().Add(time.Second); n > want && time.Now().Before(deadline); n = goroutines(fn) {
+		time.Sleep(time.Millisecond)
+	}
+	return n
 }
 
 // pollers counts the goroutines running (*Receiver).poller.
