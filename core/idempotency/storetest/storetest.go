@@ -63,7 +63,12 @@ func concurrentCopiesRunOnce(t *testing.T, s idempotency.Claimer) {
 			<-start
 			_, err := idempotency.Do(ctx, s, "same-id", func(context.Context) error {
 				runs.Add(1)
-				time.Sleep(20 * time.Millisecond)
+				// Run until every other copy was turned away (or 10 s):
+				// a copy scheduled after a fixed-length run would find
+				// it done, and rightly skip it as a duplicate.
+				for deadline := time.Now().Add(10 * time.Second); inProgress.Load() < copies-1 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
 				return nil
 			})
 			if errors.Is(err, idempotency.ErrInProgress) {
