@@ -26,14 +26,22 @@ type ReceiverAPI interface {
 }
 
 // WithWaitTime sets the long-polling wait of each ReceiveMessage (default
-// 20s, the SQS maximum; a negative d keeps it).
+// 20s, the SQS maximum; a negative d keeps it). SQS waits whole seconds, so
+// d is rounded up to them: a 300ms wait polls for 1s, where cutting it to 0
+// would turn long polling into short polling and send a ReceiveMessage
+// request back to back while the queue is empty. A wait past 20s is 20s.
+// Zero asks for short polling on purpose: each Receive on an empty queue
+// then returns at once.
 func WithWaitTime(d time.Duration) ReceiverOption {
 	return receiverOption(func(c *config) {
 		if d >= 0 {
-			c.wait = d
+			c.wait = min(time.Duration(seconds(d))*time.Second, maxWait)
 		}
 	})
 }
+
+// maxWait is the longest long-polling wait SQS allows.
+const maxWait = 20 * time.Second
 
 // WithVisibilityTimeout sets the visibility timeout requested on receive and
 // renewed by the heartbeat (default 30s). It is rounded up to whole
@@ -143,7 +151,7 @@ const (
 // NewReceiver returns a Receiver for queue (a name or a URL) and starts its
 // visibility heartbeat; Close stops it.
 func NewReceiver(api ReceiverAPI, queue string, opts ...ReceiverOption) *Receiver {
-	cfg := config{wait: 20 * time.Second, visibility: 30 * time.Second, maxExtension: time.Hour, pollSlack: pollSlack}
+	cfg := config{wait: maxWait, visibility: 30 * time.Second, maxExtension: time.Hour, pollSlack: pollSlack}
 	for _, o := range opts {
 		o.applyReceiver(&cfg)
 	}
@@ -309,7 +317,7 @@ const pollSlack = 10 * time.Second
 
 // poll runs one ReceiveMessage and adds what it brings to ready.
 func (r *Receiver) poll(url string, n int32) {
-	wait := min(r.cfg.wait/time.Second, 20)
+	wait := r.cfg.wait / time.Second
 	limit := time.Duration(wait)*time.Second + r.cfg.pollSlack
 	ctx, cancel := context.WithTimeout(r.pollCtx, limit)
 	out, err := r.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{

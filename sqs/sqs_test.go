@@ -701,3 +701,60 @@ func goroutinesEnded(fn string, want int) int {
 
 // pollers counts the goroutines running (*Receiver).poller.
 func pollers() int { return goroutines("sqs.(*Receiver).poller(") }
+
+// waitRecorder records the WaitTimeSeconds of every ReceiveMessage.
+type waitRecorder struct {
+	*awssqs.Client
+	mu    sync.Mutex
+	waits []int32
+}
+
+func (w *waitRecorder) ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, o ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
+	w.mu.Lock()
+	w.waits = append(w.waits, in.WaitTimeSeconds)
+	w.mu.Unlock()
+	return w.Client.ReceiveMessage(ctx, in, o...)
+}
+
+// A wait under a second is rounded up to one, SQS's unit: cut to 0, it
+// would turn long polling into short polling, and a consumer of an empty
+// queue would send ReceiveMessage requests back to back.
+func TestSubSecondWaitStillLongPolls(t *testing.T) {
+	q := newQueue(t, false)
+	api := &waitRecorder{Client: client(t)}
+	rcv := NewReceiver(api, q, WithWaitTime(300*time.Millisecond))
+	defer rcv.Close(context.Background())
+	stop := drivertest.StartConsumer(t, rcv, NewSender(client(t)), testURN, func(context.Context, *queue.Message) error { return nil })
+	time.Sleep(2500 * time.Millisecond)
+	stop()
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	// 2.5s of 1s long polls is three; a few more allow for a slow start.
+	if n := len(api.waits); n == 0 || n > 6 {
+		t.Fatalf("%d ReceiveMessage calls in 2.5s on an empty queue, want 1 to 6 (1s long polls)", n)
+	}
+	for _, w := range api.waits {
+		if w != 1 {
+			t.Fatalf("WaitTimeSeconds %d, want 1 (300ms rounded up)", w)
+		}
+	}
+}
+
+func TestWithWaitTimeRounding(t *testing.T) {
+	for _, c := range []struct {
+		in, want time.Duration
+	}{
+		{-time.Second, maxWait}, // keeps the default
+		{0, 0},                  // short polling, on purpose
+		{time.Nanosecond, time.Second},
+		{1500 * time.Millisecond, 2 * time.Second},
+		{20 * time.Second, 20 * time.Second},
+		{time.Hour, maxWait},
+	} {
+		r := NewReceiver(nil, "q", WithWaitTime(c.in))
+		if r.cfg.wait != c.want {
+			t.Errorf("WithWaitTime(%v): wait %v, want %v", c.in, r.cfg.wait, c.want)
+		}
+		_ = r.Close(context.Background())
+	}
+}
