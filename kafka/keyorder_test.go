@@ -14,6 +14,7 @@ import (
 	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/babelqueue/transports/core/queue"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // publishKeyed publishes n records to topic with keys k0…k(keys-1) in turn.
@@ -358,4 +359,96 @@ func BenchmarkKeyOrderedParallelism(b *testing.B) {
 			})
 		}
 	}
+}
+
+// With a backlog on every partition, the handlers run records of all the
+// partitions at once, not one partition's after another's. A fetch brings
+// up to FetchMaxPartitionBytes of each partition; handed to the runtime
+// partition by partition, the first partition's records alone filled the
+// consumer's pending and backlog slots, and of eight handlers at most three
+// ever ran at once (1,500 records a partition).
+func TestPartitionsWithBacklogRunConcurrently(t *testing.T) {
+	const parts, perPart, handlers = 8, 1500, 8
+	topic := newTopics(t, parts)
+	group := "g-" + topic
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj := NewSenderFromClient(cl)
+	msg := drivertest.EncodedMessage(t, testURN, topic, map[string]any{"i": 1})
+	recs := make([]*kgo.Record, 0, parts*perPart)
+	for p := range parts {
+		for range perPart {
+			rec := proj.Record(msg)
+			rec.Partition = int32(p)
+			recs = append(recs, rec)
+		}
+	}
+	err = cl.ProduceSync(context.Background(), recs...).FirstErr()
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Each handler waits, for 10s at most, until all eight run at once;
+	// from then on (or once the wait has failed) none waits.
+	var (
+		mu         sync.Mutex
+		running    int
+		peak       int
+		together   = make(chan struct{})
+		gaveUp     atomic.Bool
+		handled    = map[string]int{}
+		closeOnce  sync.Once
+		waitFailed = time.AfterFunc(10*time.Second, func() { gaveUp.Store(true); closeOnce.Do(func() { close(together) }) })
+	)
+	defer waitFailed.Stop()
+	r := newTestReceiver(t, group, []string{topic})
+	snd := newTestSender(t)
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+		var rec *kgo.Record
+		if !m.Delivery.As(&rec) {
+			t.Error("no record")
+		}
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		handled[fmt.Sprintf("%d@%d", rec.Partition, rec.Offset)]++
+		if running == handlers {
+			closeOnce.Do(func() { close(together) })
+		}
+		mu.Unlock()
+		<-together
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}, queue.WithConcurrency(handlers))
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == parts*perPart
+	})
+	_ = stop()
+	_ = r.Close(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	if gaveUp.Load() {
+		t.Errorf("the %d handlers never ran at once within 10s (at most %d did)", handlers, peak)
+	}
+	for pos, k := range handled {
+		if k != 1 {
+			t.Errorf("record %s handled %d times", pos, k)
+		}
+	}
+	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool {
+		offs := committed(t, group, topic)
+		for p := range parts {
+			if offs[int32(p)] != perPart {
+				return false
+			}
+		}
+		return true
+	})
 }

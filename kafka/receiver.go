@@ -41,6 +41,13 @@ import (
 // held in memory until its timestamp plus the delay, without holding back
 // the records after it; its offset is not committed until it is settled.
 //
+// Fairness: a Receive that finds nothing left to hand out polls the
+// client for everything it has buffered, and that and the following
+// Receives hand it out one partition's record after another's, so that
+// handlers run every partition with a backlog at once. What is fetched and
+// not yet handed out is at most what one poll brought, besides the fetch
+// franz-go buffers meanwhile.
+//
 // Receive must be called from one goroutine (the runtime's receive loop);
 // Ack and Release may be called from any.
 type Receiver struct {
@@ -54,10 +61,13 @@ type Receiver struct {
 
 	pollMu sync.Mutex // held by Receive and Close
 
-	mu         sync.Mutex
-	cond       *sync.Cond
-	parts      map[topicPartition]*partState
-	readyHeld  []*slot // held records whose delay has passed
+	mu        sync.Mutex
+	cond      *sync.Cond
+	parts     map[topicPartition]*partState
+	readyHeld []*slot // held records whose delay has passed
+	// turns is the partitions with fetched records not yet taken
+	// (partState.fetched), in the order they take their next turn.
+	turns      []*partState
 	pollCancel context.CancelFunc
 	closed     bool
 	killed     bool
@@ -98,6 +108,11 @@ type partState struct {
 	held        int            // slots waiting for their bq-delay
 	paused      bool
 	hwm         int64 // high watermark as of the last fetch (-1: none yet)
+	// fetched is what the last poll brought of the partition and no
+	// Receive has taken yet, in offset order. It is not in inflight: its
+	// offsets are above every record taken, so no commit passes them, and
+	// a revoke drops them for the next owner to fetch.
+	fetched []*kgo.Record
 }
 
 // mark is a received record's place in its partition's inflight list:
@@ -373,17 +388,25 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		r.mu.Unlock()
 		return nil, driver.ErrClosed
 	}
-	out, resume := r.readyLocked(time.Now(), max, nil)
+	now := time.Now()
+	out, resume := r.readyLocked(now, max, nil)
+	out, pause := r.takeLocked(now, max-len(out), out)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait)
 	r.pollCancel = cancel
 	r.mu.Unlock()
+	r.pauseParts(pause)
 	r.resume(resume)
 	if len(out) > 0 {
 		cancel()
 		return out, nil
 	}
 
-	fetches := r.cl.PollRecords(pctx, max)
+	// Everything the client has buffered, so that the records are taken
+	// from every partition fetched in turn (takeLocked), not the first
+	// partition's up to max: with a backlog, a fetch holds up to
+	// FetchMaxPartitionBytes of each partition, and handlers given one
+	// partition's records at a time run one partition at a time.
+	fetches := r.cl.PollFetches(pctx)
 	cancel()
 	if fetches.IsClientClosed() {
 		return nil, driver.ErrClosed
@@ -395,47 +418,31 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		}
 	})
 
-	now := time.Now()
-	var pause []topicPartition
+	now = time.Now()
 	r.mu.Lock()
 	r.pollCancel = nil
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if p.Err == nil && p.HighWatermark >= 0 && len(p.Records) > 0 {
-			r.state(topicPartition{p.Topic, p.Partition}).hwm = p.HighWatermark
+		if len(p.Records) == 0 {
+			return
 		}
+		st := r.state(topicPartition{p.Topic, p.Partition})
+		if p.Err == nil && p.HighWatermark >= 0 {
+			st.hwm = p.HighWatermark
+		}
+		if len(st.fetched) == 0 {
+			r.turns = append(r.turns, st)
+		}
+		st.fetched = append(st.fetched, p.Records...)
 	})
-	fetches.EachRecord(func(rec *kgo.Record) {
-		tp := topicPartition{rec.Topic, rec.Partition}
-		st := r.state(tp)
-		s := &slot{rec: rec, part: st}
-		st.insert(s)
-		due, delayed := heldUntil(rec)
-		switch {
-		case len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0):
-			k := r.laneKey(s)
-			s.back = true // behind what its lane handed back
-			st.backlog = append(st.backlog, s)
-			st.backKeys[k]++
-		case delayed && due.After(now):
-			r.holdLocked(s, due.Sub(now))
-		default:
-			out = append(out, r.delivery(s))
-		}
-		// Too many held for their delay, or not yet committable: fetching
-		// of the partition pauses until readyLocked finds it resumable.
-		if !st.paused && !r.resumable(st) {
-			st.paused = true
-			pause = append(pause, tp)
-		}
-	})
-	more, resume := r.readyLocked(now, max-len(out), out)
+	out, resume = r.readyLocked(now, max, nil)
+	out, pause = r.takeLocked(now, max-len(out), out)
 	r.mu.Unlock()
-	// Records are registered: a rebalance may run now, and its revoke
-	// waits for them to be settled.
+	// What is taken is registered, and what is not is only fetched: a
+	// rebalance may run now. Its revoke waits for what was taken to be
+	// settled and drops the rest.
 	r.cl.AllowRebalance()
 	r.pauseParts(pause)
 	r.resume(resume)
-	out = more
 	if len(out) == 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -453,6 +460,66 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		r.warnFetch(ferr)
 	}
 	return out, nil
+}
+
+// takeLocked appends to out, up to max, the deliveries of fetched records
+// not yet taken, one partition's next record after another's in turn (a
+// record of a lane with records handed back, or with a delay not yet
+// passed, is taken without being handed out). A partition with
+// WithMaxUncommitted records taken and not committable waits for its
+// commit to catch up. A partition whose turn a full out ended keeps its
+// place: the next call starts with it. It returns the partitions whose
+// fetching must pause. r.mu must be held.
+func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([]*driver.Delivery, []topicPartition) {
+	var pause []topicPartition
+	var waiting []*partState // at WithMaxUncommitted: they keep their turn
+	for max > 0 && len(r.turns) > 0 {
+		st := r.turns[0]
+		r.turns[0] = nil
+		r.turns = r.turns[1:]
+		if len(st.fetched) == 0 || r.parts[st.tp] != st { // revoked since
+			continue
+		}
+		if len(st.inflight) >= r.cfg.maxUncommitted {
+			waiting = append(waiting, st)
+			continue
+		}
+		rec := st.fetched[0]
+		st.fetched[0] = nil
+		st.fetched = st.fetched[1:]
+		if len(st.fetched) > 0 {
+			r.turns = append(r.turns, st)
+		} else {
+			st.fetched = nil
+		}
+		s := &slot{rec: rec, part: st}
+		st.insert(s)
+		due, delayed := heldUntil(rec)
+		switch {
+		case len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0):
+			k := r.laneKey(s)
+			s.back = true // behind what its lane handed back
+			st.backlog = append(st.backlog, s)
+			st.backKeys[k]++
+		case delayed && due.After(now):
+			r.holdLocked(s, due.Sub(now))
+		default:
+			out = append(out, r.delivery(s))
+			max--
+		}
+		// Too many held for their delay, or not yet committable: fetching
+		// of the partition pauses until readyLocked finds it resumable.
+		if !st.paused && !r.resumable(st) {
+			st.paused = true
+			pause = append(pause, st.tp)
+		}
+	}
+	if len(waiting) > 0 {
+		r.turns = append(waiting, r.turns...)
+	} else if len(r.turns) == 0 {
+		r.turns = nil // lets go of the array the turns walked through
+	}
+	return out, pause
 }
 
 // warnFetch logs a fetch error at most every 10s.
@@ -714,6 +781,9 @@ func (r *Receiver) Lag() map[string]int64 {
 		if first < 0 && len(st.inflight) > 0 {
 			first = st.inflight[0].off
 		}
+		if first < 0 && len(st.fetched) > 0 {
+			first = st.fetched[0].Offset
+		}
 		if first < 0 {
 			continue
 		}
@@ -801,7 +871,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 // fetched is over, and there is nothing more to wait for.
 func (r *Receiver) caughtUpLocked() bool {
 	for _, st := range r.parts {
-		if len(st.inflight) > 0 || st.commitAt < st.hwm {
+		if len(st.inflight) > 0 || len(st.fetched) > 0 || st.commitAt < st.hwm {
 			return false
 		}
 	}
@@ -1044,8 +1114,11 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	for topic, ps := range parts {
 		for _, p := range ps {
 			tp := topicPartition{topic, p}
-			if st := r.parts[tp]; st != nil && st.paused {
-				paused = append(paused, tp)
+			if st := r.parts[tp]; st != nil {
+				if st.paused {
+					paused = append(paused, tp)
+				}
+				st.fetched = nil // the next owner fetches them
 			}
 			delete(r.parts, tp)
 		}
