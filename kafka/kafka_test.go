@@ -352,3 +352,73 @@ func TestAttemptsReconciliation(t *testing.T) {
 		}
 	}
 }
+
+// Records fetched and not yet handed out when their partition is revoked
+// are dropped, not delivered or committed: the partition's next owner
+// fetches them from the committed offset. Nothing is lost, and every
+// partition ends committed to its end.
+func TestRevokeDropsFetchedRecords(t *testing.T) {
+	const n = 2000
+	topic := newTopics(t, 4)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	publishN(t, snd, topic, n, false)
+
+	var seen, atB seenSet
+	handler := func(who *seenSet) queue.HandlerFunc {
+		return func(_ context.Context, m *queue.Message) error {
+			time.Sleep(2 * time.Millisecond)
+			i := indexOfMessage(t, m)
+			seen.add(i)
+			if who != nil {
+				who.add(i)
+			}
+			return nil
+		}
+	}
+	// A small consumer: twenty records pending and ten waiting behind
+	// their partition, so that most of what a fetch brings stays fetched.
+	ra := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second), WithMaxHeld(10))
+	stopA := drivertest.StartConsumer(t, ra, snd, testURN, handler(nil), queue.WithConcurrency(2), queue.WithBatchSize(10))
+	drivertest.WaitUntil(t, 30*time.Second, "records fetched and not yet handed out", func() bool {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		for _, st := range ra.parts {
+			if len(st.fetched) > 0 {
+				return seen.distinct() >= 50
+			}
+		}
+		return false
+	})
+
+	rb := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second))
+	stopB := drivertest.StartConsumer(t, rb, snd, testURN, handler(&atB), queue.WithConcurrency(4))
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool { return seen.distinct() == n })
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ra.Close(context.Background())
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	_ = rb.Close(context.Background())
+	if atB.distinct() == 0 {
+		t.Fatal("the second member was never assigned work: no rebalance happened")
+	}
+	// The revoke waited for what the first member had started and
+	// committed it, and what it had not started it gave up: a record
+	// handled twice is one it handed out after it lost the partition.
+	seen.mu.Lock()
+	for i, k := range seen.set {
+		if k != 1 {
+			t.Errorf("record %d handled %d times", i, k)
+		}
+	}
+	seen.mu.Unlock()
+	ends, got := endOffsets(t, topic), committed(t, group, topic)
+	for p, end := range ends {
+		if got[p] != end {
+			t.Errorf("partition %d committed %d, end %d", p, got[p], end)
+		}
+	}
+}
