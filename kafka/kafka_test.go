@@ -185,17 +185,7 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	publishN(t, snd, topic, n, true)
 
 	var seen, atB seenSet
-	handler := func(who *seenSet) queue.HandlerFunc {
-		return func(_ context.Context, m *queue.Message) error {
-			time.Sleep(20 * time.Millisecond)
-			i := indexOfMessage(t, m)
-			seen.add(i)
-			if who != nil {
-				who.add(i)
-			}
-			return nil
-		}
-	}
+	handler := func(who *seenSet) queue.HandlerFunc { return recording(t, 20*time.Millisecond, &seen, who) }
 	ra := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second))
 	stopA := drivertest.StartConsumer(t, ra, snd, testURN, handler(nil), queue.WithConcurrency(4))
 	drivertest.WaitUntil(t, 30*time.Second, "a first share handled", func() bool { return seen.distinct() >= 60 })
@@ -208,6 +198,20 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	dups := len(seen.list) - len(seen.set)
 	seen.mu.Unlock()
 	t.Logf("%d records, %d at the second member, %d handled twice (at-least-once across the rebalance)", n, atB.distinct(), dups)
+}
+
+// recording is a handler that takes work, then adds the record's index to
+// seen, and to who unless it is nil.
+func recording(t *testing.T, work time.Duration, seen, who *seenSet) queue.HandlerFunc {
+	return func(_ context.Context, m *queue.Message) error {
+		time.Sleep(work)
+		i := indexOfMessage(t, m)
+		seen.add(i)
+		if who != nil {
+			who.add(i)
+		}
+		return nil
+	}
 }
 
 // joinSecondMember starts a second member of group, which handles with h,
@@ -373,17 +377,7 @@ func TestRevokeDropsFetchedRecords(t *testing.T) {
 	publishN(t, snd, topic, n, false)
 
 	var seen, atB seenSet
-	handler := func(who *seenSet) queue.HandlerFunc {
-		return func(_ context.Context, m *queue.Message) error {
-			time.Sleep(2 * time.Millisecond)
-			i := indexOfMessage(t, m)
-			seen.add(i)
-			if who != nil {
-				who.add(i)
-			}
-			return nil
-		}
-	}
+	handler := func(who *seenSet) queue.HandlerFunc { return recording(t, 2*time.Millisecond, &seen, who) }
 	// A small consumer: twenty records pending and ten waiting behind
 	// their partition, so that most of what a fetch brings stays fetched.
 	ra := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second), WithMaxHeld(10))

@@ -477,7 +477,7 @@ func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([
 		st := r.turns[0]
 		r.turns[0] = nil
 		r.turns = r.turns[1:]
-		if len(st.fetched) == 0 || r.parts[st.tp] != st { // revoked since
+		if len(st.fetched) == 0 { // all taken, or revoked since (finish empties it)
 			continue
 		}
 		if len(st.inflight) >= r.cfg.maxUncommitted {

@@ -23,14 +23,20 @@ import (
 
 const testURN = "urn:babel:sqs:test"
 
-// countingAPI counts the calls that matter to the tests.
+// countingAPI counts the calls that matter to the tests, and records the
+// WaitTimeSeconds of every ReceiveMessage.
 type countingAPI struct {
 	*awssqs.Client
 	getURL, sendBatch, deleteBatch, receive atomic.Int32
+	mu                                      sync.Mutex
+	waits                                   []int32
 }
 
 func (c *countingAPI) ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, o ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
 	c.receive.Add(1)
+	c.mu.Lock()
+	c.waits = append(c.waits, in.WaitTimeSeconds)
+	c.mu.Unlock()
 	return c.Client.ReceiveMessage(ctx, in, o...)
 }
 
@@ -702,26 +708,12 @@ func goroutinesEnded(fn string, want int) int {
 // pollers counts the goroutines running (*Receiver).poller.
 func pollers() int { return goroutines("sqs.(*Receiver).poller(") }
 
-// waitRecorder records the WaitTimeSeconds of every ReceiveMessage.
-type waitRecorder struct {
-	*awssqs.Client
-	mu    sync.Mutex
-	waits []int32
-}
-
-func (w *waitRecorder) ReceiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput, o ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error) {
-	w.mu.Lock()
-	w.waits = append(w.waits, in.WaitTimeSeconds)
-	w.mu.Unlock()
-	return w.Client.ReceiveMessage(ctx, in, o...)
-}
-
 // A wait under a second is rounded up to one, SQS's unit: cut to 0, it
 // would turn long polling into short polling, and a consumer of an empty
 // queue would send ReceiveMessage requests back to back.
 func TestSubSecondWaitStillLongPolls(t *testing.T) {
 	q := newQueue(t, false)
-	api := &waitRecorder{Client: client(t)}
+	api := &countingAPI{Client: client(t)}
 	rcv := NewReceiver(api, q, WithWaitTime(300*time.Millisecond))
 	defer rcv.Close(context.Background())
 	stop := drivertest.StartConsumer(t, rcv, NewSender(client(t)), testURN, func(context.Context, *queue.Message) error { return nil })
