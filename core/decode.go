@@ -121,7 +121,9 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 	// Which members are contract keys, and so how many unknown ones the
 	// envelope keeps at each level: it is allocated once, with room for
 	// them (see newEnvelope).
-	spans = classify(b, spans, topClass)
+	if !sc.topClassed { // an escaped key or a repeated contract key
+		spans = classify(b, spans, topClass)
+	}
 	var (
 		ms          []span // the members of the meta that counts
 		nTop, nMeta int
@@ -137,11 +139,14 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		case sp.class == classURN:
 			urn = sp
 		case sp.class == classMeta && b[sp.vs] == '{':
-			ms = metaSpans
-			if int(sp.vs) != metaAt { // an earlier "meta", or one with an escaped key
-				ms = objectSpans(b, int(sp.vs), nil)
+			switch {
+			case int(sp.vs) != metaAt: // an earlier "meta", or one with an escaped key
+				ms = classify(b, objectSpans(b, int(sp.vs), nil), metaClass)
+			case sc.metaClassed:
+				ms = metaSpans
+			default:
+				ms = classify(b, metaSpans, metaClass)
 			}
-			ms = classify(b, ms, metaClass)
 			for i := range ms {
 				if ms[i].class == 0 {
 					nMeta++

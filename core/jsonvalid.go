@@ -50,6 +50,10 @@ type scanner struct {
 	spaced bool
 	esc    bool // a string since the last reset had an escape
 	depth  int
+	// topClassed and metaClassed report that the recorded top-level and
+	// meta spans have their classes set (topClass, metaClass) and need no
+	// classify: no key has an escape and no contract key repeats.
+	topClassed, metaClassed bool
 }
 
 var errSyntax = errors.New("invalid JSON")
@@ -123,13 +127,20 @@ func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []s
 		s.depth--
 		return i + 1, spans, meta, metaAt, nil
 	}
+	var seen uint32
+	s.topClassed = true
 	for {
 		ks, ke, vs, esc, err := s.key(i)
 		if err != nil {
 			return vs, spans, meta, metaAt, err
 		}
+		var class uint8
+		if !esc {
+			class = topClass(s.b[ks+1 : ke-1])
+		}
+		s.topClassed = s.topClassed && !esc && !repeated(&seen, class)
 		var ve int
-		if string(s.b[ks:ke]) == `"meta"` && vs < len(s.b) && s.b[vs] == '{' {
+		if class == classMeta && vs < len(s.b) && s.b[vs] == '{' {
 			s.depth++
 			ve, meta, err = recordObject(s, vs, meta[:0])
 			s.depth--
@@ -140,7 +151,7 @@ func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []s
 		if err != nil {
 			return ve, spans, meta, metaAt, err
 		}
-		spans = append(spans, span{ks: int32(ks), ke: int32(ke), vs: int32(vs), ve: int32(ve), esc: esc})
+		spans = append(spans, span{ks: int32(ks), ke: int32(ke), vs: int32(vs), ve: int32(ve), esc: esc, class: class})
 		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil || i < 0 {
 			s.depth--
 			return -i, spans, meta, metaAt, err
@@ -148,23 +159,41 @@ func topObject(s *scanner, i int, spans, meta []span) (end int, top, metaOut []s
 	}
 }
 
-// recordObject validates the object at i (depth already counted) and
-// appends where its members are to spans.
+// repeated reports whether the contract key class was seen before, and
+// marks it seen.
+func repeated(seen *uint32, class uint8) bool {
+	if class == 0 || class >= classRepeated {
+		return false
+	}
+	was := *seen&(1<<class) != 0
+	*seen |= 1 << class
+	return was
+}
+
+// recordObject validates the meta object at i (depth already counted) and
+// appends where its members are, and their classes, to spans.
 func recordObject(s *scanner, i int, spans []span) (int, []span, error) {
+	s.metaClassed = true
 	i = s.ws(i + 1)
 	if i < len(s.b) && s.b[i] == '}' {
 		return i + 1, spans, nil
 	}
+	var seen uint32
 	for {
 		ks, ke, vs, esc, err := s.key(i)
 		if err != nil {
 			return vs, spans, err
 		}
+		var class uint8
+		if !esc {
+			class = metaClass(s.b[ks+1 : ke-1])
+		}
+		s.metaClassed = s.metaClassed && !esc && !repeated(&seen, class)
 		ve, err := s.value(vs)
 		if err != nil {
 			return ve, spans, err
 		}
-		spans = append(spans, span{ks: int32(ks), ke: int32(ke), vs: int32(vs), ve: int32(ve), esc: esc})
+		spans = append(spans, span{ks: int32(ks), ke: int32(ke), vs: int32(vs), ve: int32(ve), esc: esc, class: class})
 		if i, err = s.next(ve, '}', "after object key:value pair"); err != nil {
 			return i, spans, err
 		}

@@ -138,6 +138,13 @@ func FuzzDecodeOracle(f *testing.F) {
 		`{"job":"x","trace_id":"t","data": { "a" : [1, 2.5e3, "\u00e9"] },"meta":{"schema_version":1,"id":"\u0041"}}`,
 		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1},"attempts":18446744073709551616}`,
 		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1}} x`,
+		// Which member of a repeated key counts, in each spelling and order:
+		// the scan classifies plain keys itself and leaves the rest to Decode.
+		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1,"id":"a"},"me\u0074a":{"schema_version":1,"id":"b"}}`,
+		`{"job":"x","trace_id":"t","data":{},"me\u0074a":{"schema_version":2},"meta":{"schema_version":1,"id":"b"}}`,
+		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1,"id":"a","id":"b","\u0069d":"c","queue":1,"queue":"q"}}`,
+		`{"job":"x","trace_id":"t","data":{"a":1},"data":{"b":2},"meta":{"schema_version":1},"\u006aob":"y","job":"z"}`,
+		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1},"meta":7}`,
 		`[1,2]`, `"str"`, `{"a":01}`, `{"a":"\x01"}`, `{"a":1.}`, `{"a":-}`, `{"a":tru}`,
 	} {
 		f.Add([]byte(s))
