@@ -452,3 +452,65 @@ func TestPartitionsWithBacklogRunConcurrently(t *testing.T) {
 		return true
 	})
 }
+
+// What runs one at a time on one partition, with 8 handlers: records
+// without a key under OrderByKey (they keep partition order), and every
+// record, keyed or not, under OrderByPartition. Each is handled once, in
+// offset order, never two at once, and everything ends committed.
+func TestPartitionOrderHoldsWithManyHandlers(t *testing.T) {
+	const n = 120
+	for _, c := range []struct {
+		name  string
+		keys  int // 0: no key
+		order Ordering
+	}{
+		{"unkeyed/OrderByKey", 0, OrderByKey},
+		{"keys=16/OrderByPartition", 16, OrderByPartition},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			topic := newTopics(t, 1)
+			group := "g-" + topic
+			snd := newTestSender(t)
+			if c.keys == 0 {
+				publishN(t, snd, topic, n, false)
+			} else {
+				publishKeyed(t, snd, topic, n, c.keys)
+			}
+			var mu sync.Mutex
+			var order []int
+			running, peak := 0, 0
+			r := newTestReceiver(t, group, []string{topic}, WithOrdering(c.order))
+			stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+				i := indexOfMessage(t, m)
+				mu.Lock()
+				order = append(order, i)
+				running++
+				peak = max(peak, running)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return nil
+			}, queue.WithConcurrency(8), queue.WithBatchSize(50))
+			drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(order) >= n
+			})
+			drivertest.WaitUntil(t, 30*time.Second, "everything committed", func() bool { return committed(t, group, topic)[0] == int64(n) })
+			_ = stop()
+			_ = r.Close(context.Background())
+			mu.Lock()
+			defer mu.Unlock()
+			if peak != 1 {
+				t.Errorf("%d handlers ran at once on one partition; want 1", peak)
+			}
+			for j, i := range order {
+				if i != j {
+					t.Fatalf("handled in the order %v; want offset order, each once", order)
+				}
+			}
+		})
+	}
+}
