@@ -35,6 +35,39 @@ func publishKeyed(t testing.TB, snd *Sender, topic string, n, keys int) {
 	}
 }
 
+// handledLog is a handler that takes work to run and records the order
+// in which records (by their data's "i") started, and the most that ran
+// at once.
+type handledLog struct {
+	mu      sync.Mutex
+	order   []int
+	running int
+	peak    int
+}
+
+func (h *handledLog) handler(t *testing.T, work time.Duration) queue.HandlerFunc {
+	return func(_ context.Context, m *queue.Message) error {
+		i := indexOfMessage(t, m)
+		h.mu.Lock()
+		h.order = append(h.order, i)
+		h.running++
+		h.peak = max(h.peak, h.running)
+		h.mu.Unlock()
+		time.Sleep(work)
+		h.mu.Lock()
+		h.running--
+		h.mu.Unlock()
+		return nil
+	}
+}
+
+// handled returns how many records have started.
+func (h *handledLog) handled() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.order)
+}
+
 // On one partition, records of different keys run concurrently and each
 // key's records run strictly in offset order; everything ends committed.
 func TestKeyOrderedParallelism(t *testing.T) {
@@ -43,37 +76,18 @@ func TestKeyOrderedParallelism(t *testing.T) {
 	group := "g-" + topic
 	snd := newTestSender(t)
 	publishKeyed(t, snd, topic, n, keys)
-	var mu sync.Mutex
-	order := map[string][]int{}
-	running, peak := 0, 0
+	var log handledLog
 	r := newTestReceiver(t, group, []string{topic})
-	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
-		i := indexOfMessage(t, m)
-		key := "k" + strconv.Itoa(i%keys)
-		mu.Lock()
-		order[key] = append(order[key], i)
-		running++
-		peak = max(peak, running)
-		mu.Unlock()
-		time.Sleep(2 * time.Millisecond)
-		mu.Lock()
-		running--
-		mu.Unlock()
-		return nil
-	}, queue.WithConcurrency(8), queue.WithBatchSize(50))
-	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		total := 0
-		for _, l := range order {
-			total += len(l)
-		}
-		return total >= n
-	})
+	stop := drivertest.StartConsumer(t, r, snd, testURN, log.handler(t, 2*time.Millisecond),
+		queue.WithConcurrency(8), queue.WithBatchSize(50))
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool { return log.handled() >= n })
 	_ = stop()
 	_ = r.Close(context.Background())
-	mu.Lock()
-	defer mu.Unlock()
+	order := map[string][]int{}
+	for _, i := range log.order {
+		key := "k" + strconv.Itoa(i%keys)
+		order[key] = append(order[key], i)
+	}
 	for key, l := range order {
 		for j := 1; j < len(l); j++ {
 			if l[j] <= l[j-1] {
@@ -81,8 +95,8 @@ func TestKeyOrderedParallelism(t *testing.T) {
 			}
 		}
 	}
-	if peak < 4 {
-		t.Errorf("at most %d handlers ran at once on one partition with %d keys and 8 handlers", peak, keys)
+	if log.peak < 4 {
+		t.Errorf("at most %d handlers ran at once on one partition with %d keys and 8 handlers", log.peak, keys)
 	}
 	if got, end := committed(t, group, topic)[0], endOffsets(t, topic)[0]; got != end {
 		t.Errorf("committed %d, end %d", got, end)
@@ -476,39 +490,20 @@ func TestPartitionOrderHoldsWithManyHandlers(t *testing.T) {
 			} else {
 				publishKeyed(t, snd, topic, n, c.keys)
 			}
-			var mu sync.Mutex
-			var order []int
-			running, peak := 0, 0
+			var log handledLog
 			r := newTestReceiver(t, group, []string{topic}, WithOrdering(c.order))
-			stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
-				i := indexOfMessage(t, m)
-				mu.Lock()
-				order = append(order, i)
-				running++
-				peak = max(peak, running)
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				mu.Lock()
-				running--
-				mu.Unlock()
-				return nil
-			}, queue.WithConcurrency(8), queue.WithBatchSize(50))
-			drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(order) >= n
-			})
+			stop := drivertest.StartConsumer(t, r, snd, testURN, log.handler(t, time.Millisecond),
+				queue.WithConcurrency(8), queue.WithBatchSize(50))
+			drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool { return log.handled() >= n })
 			drivertest.WaitUntil(t, 30*time.Second, "everything committed", func() bool { return committed(t, group, topic)[0] == int64(n) })
 			_ = stop()
 			_ = r.Close(context.Background())
-			mu.Lock()
-			defer mu.Unlock()
-			if peak != 1 {
-				t.Errorf("%d handlers ran at once on one partition; want 1", peak)
+			if log.peak != 1 {
+				t.Errorf("%d handlers ran at once on one partition; want 1", log.peak)
 			}
-			for j, i := range order {
+			for j, i := range log.order {
 				if i != j {
-					t.Fatalf("handled in the order %v; want offset order, each once", order)
+					t.Fatalf("handled in the order %v; want offset order, each once", log.order)
 				}
 			}
 		})
