@@ -181,6 +181,17 @@ const (
 	OrderByPartition
 )
 
+// String returns the constant's name, or Ordering(n) for any other value.
+func (o Ordering) String() string {
+	switch o {
+	case OrderByKey:
+		return "OrderByKey"
+	case OrderByPartition:
+		return "OrderByPartition"
+	}
+	return "Ordering(" + strconv.Itoa(int(o)) + ")"
+}
+
 // ReceiverOption configures a Receiver.
 type ReceiverOption func(*receiverConfig)
 
@@ -310,7 +321,7 @@ func NewReceiver(seeds []string, group string, topics []string, opts ...Receiver
 	}
 	switch {
 	case cfg.ordering != OrderByKey && cfg.ordering != OrderByPartition:
-		return nil, fmt.Errorf("babelqueue/kafka: WithOrdering(%d): not OrderByKey or OrderByPartition", cfg.ordering)
+		return nil, fmt.Errorf("babelqueue/kafka: WithOrdering(%v): not OrderByKey or OrderByPartition", cfg.ordering)
 	case cfg.tiers < 0:
 		return nil, fmt.Errorf("babelqueue/kafka: WithRetryTierTopics(%d): a negative number of tiers", cfg.tiers)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -456,9 +457,20 @@ func TestBadReceiverOptionsAreErrors(t *testing.T) {
 		"ordering": WithOrdering(Ordering(7)),
 		"tiers":    WithRetryTierTopics(-1),
 	} {
-		if r, err := NewReceiver([]string{"127.0.0.1:1"}, "g", []string{"t"}, opt); err == nil {
+		r, err := NewReceiver([]string{"127.0.0.1:1"}, "g", []string{"t"}, opt)
+		if err == nil {
 			_ = r.Close(context.Background())
 			t.Errorf("%s: NewReceiver accepted it", name)
+		} else if name == "ordering" && !strings.Contains(err.Error(), "WithOrdering(Ordering(7))") {
+			t.Errorf("ordering: error %q does not name the value", err)
+		}
+	}
+}
+
+func TestOrderingString(t *testing.T) {
+	for o, want := range map[Ordering]string{OrderByKey: "OrderByKey", OrderByPartition: "OrderByPartition", Ordering(-2): "Ordering(-2)"} {
+		if got := o.String(); got != want {
+			t.Errorf("Ordering(%d).String() = %q, want %q", int(o), got, want)
 		}
 	}
 }
