@@ -2,58 +2,80 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/babelqueue/transports/core/driver"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestCommitOffsetFollowsModel receives the records of three partitions in
-// batches and settles them in random order, as handlers of different keys
-// finish, and checks after every step that each partition's offset to
-// commit is what a model says: just past the longest run of settled
-// records from the partition's first, with that record's leader epoch.
-// Offsets have gaps (compacted records, transaction markers), and among
-// the Acks are some of superseded deliveries and some repeated, which
-// settle nothing. Two hundred seeds, about 300 records each.
-func TestCommitOffsetFollowsModel(t *testing.T) {
-	for seed := range uint64(200) {
-		checkCommitModel(t, seed)
+// TestReceiverFollowsModel drives a Receiver's bookkeeping (what Receive
+// does after its poll, Ack and Release) through random runs and checks
+// it against a model after every step. Records of three partitions arrive
+// in fetches, with gaps between offsets (compacted records, transaction
+// markers), changing leader epochs, keys and unkeyed records. Handlers
+// finish the first delivery of a lane (a key, or the partition) in any
+// order across lanes, as the runtime runs them; some Release it instead,
+// as a retry backoff does, and some Ack a superseded delivery, or a
+// delivery twice. It checks:
+//   - a record is handed out only after every earlier record of its lane
+//     was settled or handed out (and not superseded since);
+//   - the offset to commit is just past the longest run of settled
+//     records from the first, with that record's leader epoch: never past
+//     an unsettled record, and never short of a settled run;
+//   - an Ack of a superseded delivery, or a second Ack, settles nothing;
+//   - in the end every record was settled exactly once and the offset to
+//     commit is just past the last.
+//
+// Both orderings, three WithMaxUncommitted bounds, 300 seeds.
+func TestReceiverFollowsModel(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // Release pauses fetching; nothing is dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for seed := range uint64(300) {
+		m := newReceiverModel(t, cl, seed)
+		m.run(500)
+		m.drain()
 		if t.Failed() {
-			t.Fatalf("seed %d", seed)
+			t.Fatalf("seed %d (%v, WithMaxUncommitted(%d))", seed, m.r.cfg.ordering, m.r.cfg.maxUncommitted)
 		}
 	}
 }
 
 // modelRecord is one record as the model sees it.
 type modelRecord struct {
+	part    *modelPart
 	off     int64
 	epoch   int32
-	settled bool
-	d       *driver.Delivery // its live delivery
-	stale   *driver.Delivery // an earlier, superseded delivery of it, or nil
+	key     []byte
+	d       *driver.Delivery // handed out, not superseded, not settled
+	settled int              // Acks that settled it
+	due     time.Time        // a Release's delay: not handed out again before
+	stale   []*driver.Delivery
 }
 
-// modelPart is one partition: its records in offset order, those received
-// so far, and the next offset to produce.
+// modelPart is one partition: its records in offset order.
 type modelPart struct {
-	st       *partState
-	recs     []*modelRecord
-	received int
-	next     int64
-	epoch    int32
+	st    *partState
+	recs  []*modelRecord
+	next  int64
+	epoch int32
 }
 
 // commitAt is the model's offset to commit and its epoch: just past the
-// longest settled run from the first record received (-1 and 0: none).
+// longest settled run from the first record (-1: none).
 func (p *modelPart) commitAt() (int64, int32) {
 	at, epoch := int64(-1), int32(0)
-	for _, m := range p.recs[:p.received] {
-		if !m.settled {
+	for _, m := range p.recs {
+		if m.settled == 0 {
 			break
 		}
 		at, epoch = m.off+1, m.epoch
@@ -61,74 +83,264 @@ func (p *modelPart) commitAt() (int64, int32) {
 	return at, epoch
 }
 
-func checkCommitModel(t *testing.T, seed uint64) {
+type receiverModel struct {
+	t     *testing.T
+	rng   *rand.Rand
+	r     *Receiver
+	parts []*modelPart
+	byOff map[*partState]map[int64]*modelRecord
+	// lanes holds each lane's handed-out deliveries, in the order a
+	// lane's handler runs them.
+	lanes map[string][]*modelRecord
+	step  int
+	// skew is how far the model's clock runs ahead of the real one: a
+	// Release's delay passes when the model moves it on.
+	skew time.Duration
+}
+
+func newReceiverModel(t *testing.T, cl *kgo.Client, seed uint64) *receiverModel {
 	rng := rand.New(rand.NewPCG(seed, 42))
-	r := &Receiver{cfg: receiverConfig{ordering: OrderByKey, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
+	ordering := []Ordering{OrderByKey, OrderByPartition}[seed%2]
+	maxUncommitted := []int{4, 25, DefaultMaxUncommitted}[seed/2%3]
+	r := &Receiver{cl: cl, cfg: receiverConfig{ordering: ordering, maxHeld: 1000, maxUncommitted: maxUncommitted},
 		parts: map[topicPartition]*partState{}}
 	r.cond = sync.NewCond(&r.mu)
-	ctx := context.Background()
-	parts := make([]*modelPart, 3)
-	for i := range parts {
+	m := &receiverModel{t: t, rng: rng, r: r, byOff: map[*partState]map[int64]*modelRecord{}, lanes: map[string][]*modelRecord{}}
+	for i := range 3 {
 		st := r.state(topicPartition{"orders", int32(i)})
-		st.hwm = math.MaxInt64 // never caught up: the model does not cover the client's buffer
-		parts[i] = &modelPart{st: st, next: int64(rng.IntN(1000))}
+		st.hwm = math.MaxInt64 // never caught up: the model leaves out the client's buffer
+		m.parts = append(m.parts, &modelPart{st: st, next: int64(rng.IntN(1000))})
+		m.byOff[st] = map[int64]*modelRecord{}
 	}
-	var live []*modelRecord // delivered, not yet settled
-	for step := 0; step < 600; step++ {
-		p := parts[rng.IntN(len(parts))]
-		switch op := rng.IntN(10); {
-		case op < 3 && p.received < 100: // a batch of records arrives
-			for range 1 + rng.IntN(8) {
-				p.next += 1 + int64(rng.IntN(3)/2*rng.IntN(5)) // now and then a gap
-				if rng.IntN(20) == 0 {
-					p.epoch++
-				}
-				rec := &kgo.Record{Topic: "orders", Partition: p.st.tp.partition, Offset: p.next, LeaderEpoch: p.epoch,
-					Key: []byte("k" + strconv.Itoa(rng.IntN(4)))}
-				s := &slot{rec: rec, part: p.st}
-				p.st.insert(s)
-				m := &modelRecord{off: rec.Offset, epoch: rec.LeaderEpoch}
-				m.d = r.delivery(s)
-				if rng.IntN(8) == 0 { // delivered again: the first delivery is superseded
-					m.stale, m.d = m.d, r.delivery(s)
-				}
-				p.recs = append(p.recs, m)
-				p.received++
-				live = append(live, m)
-			}
-		case len(live) > 0: // a handler finishes
-			k := rng.IntN(len(live))
-			m := live[k]
-			if m.stale != nil && rng.IntN(2) == 0 {
-				if err := r.Ack(ctx, m.stale); err != nil {
-					t.Fatal(err)
-				}
-				m.stale = nil
-			} else {
-				if err := r.Ack(ctx, m.d); err != nil {
-					t.Fatal(err)
-				}
-				m.settled = true
-				live = append(live[:k], live[k+1:]...)
-				if rng.IntN(6) == 0 { // acknowledged twice
-					if err := r.Ack(ctx, m.d); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+	return m
+}
+
+// lane names the lane of x: its partition, and its key under OrderByKey.
+func (m *receiverModel) lane(x *modelRecord) string {
+	l := x.part.st.key
+	if m.r.cfg.ordering == OrderByKey {
+		l += "|" + string(x.key)
+	}
+	return l
+}
+
+func (m *receiverModel) errorf(format string, args ...any) {
+	m.t.Helper()
+	m.t.Errorf("step %d: %s", m.step, fmt.Sprintf(format, args...))
+}
+
+func (m *receiverModel) run(steps int) {
+	for ; m.step < steps && !m.t.Failed(); m.step++ {
+		switch op := m.rng.IntN(20); {
+		case op < 4:
+			m.fetch(m.parts[m.rng.IntN(len(m.parts))], 1+m.rng.IntN(8))
+		case op < 8:
+			m.receive(1 + m.rng.IntN(16))
+		case op < 16:
+			m.finish(false)
+		case op < 17:
+			m.finish(true)
+		case op < 18:
+			m.skew += time.Hour // what a Release waits for has passed
+		default:
+			m.ackStale()
 		}
-		for _, p := range parts {
-			want, epoch := p.commitAt()
-			if p.st.commitAt != want || (want >= 0 && p.st.leaderEpoch != epoch) {
-				t.Errorf("step %d, partition %d: commit offset %d epoch %d, want %d epoch %d",
-					step, p.st.tp.partition, p.st.commitAt, p.st.leaderEpoch, want, epoch)
+		m.check()
+	}
+}
+
+// fetch makes n records of p arrive, as a poll appends them to the
+// partition's fetched records.
+func (m *receiverModel) fetch(p *modelPart, n int) {
+	r := m.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for range n {
+		p.next += 1 + int64(m.rng.IntN(3)/2*m.rng.IntN(5)) // now and then a gap
+		if m.rng.IntN(20) == 0 {
+			p.epoch++
+		}
+		var key []byte
+		if m.rng.IntN(5) > 0 {
+			key = []byte("k" + strconv.Itoa(m.rng.IntN(4)))
+		}
+		rec := &kgo.Record{Topic: "orders", Partition: p.st.tp.partition, Offset: p.next, LeaderEpoch: p.epoch, Key: key}
+		if len(p.st.fetched) == 0 {
+			r.turns = append(r.turns, p.st)
+		}
+		p.st.fetched = append(p.st.fetched, rec)
+		x := &modelRecord{part: p, off: rec.Offset, epoch: rec.LeaderEpoch, key: key}
+		p.recs = append(p.recs, x)
+		m.byOff[p.st][x.off] = x
+	}
+}
+
+// receive is what Receive does once its poll returned.
+func (m *receiverModel) receive(max int) {
+	r := m.r
+	r.mu.Lock()
+	now := time.Now().Add(m.skew)
+	out, _ := r.readyLocked(now, max, nil)
+	out, _ = r.takeLocked(now, max-len(out), out)
+	r.mu.Unlock()
+	if len(out) > max {
+		m.errorf("Receive(%d) handed out %d", max, len(out))
+	}
+	for _, d := range out {
+		var rec *kgo.Record
+		d.As(&rec)
+		x := m.byOff[m.r.parts[topicPartition{rec.Topic, rec.Partition}]][rec.Offset]
+		if x.d != nil || x.settled > 0 {
+			m.errorf("offset %d handed out while handed out already or settled", x.off)
+			return
+		}
+		if now.Before(x.due) {
+			m.errorf("offset %d handed out again %v before its Release's delay passed", x.off, x.due.Sub(now))
+			return
+		}
+		lane := m.lane(x)
+		for _, y := range x.part.recs {
+			if y.off < x.off && m.lane(y) == lane && y.settled == 0 && y.d == nil {
+				m.errorf("%s: offset %d handed out before offset %d, neither settled nor handed out", lane, x.off, y.off)
 				return
 			}
-			for _, mk := range p.st.inflight {
-				if mk.off < want {
-					t.Errorf("step %d, partition %d: offset %d still held below the commit offset %d", step, p.st.tp.partition, mk.off, want)
-					return
-				}
+		}
+		if q := m.lanes[lane]; len(q) > 0 && q[len(q)-1].off > x.off {
+			m.errorf("%s: offset %d handed out after offset %d", lane, x.off, q[len(q)-1].off)
+			return
+		}
+		x.d = d
+		m.lanes[lane] = append(m.lanes[lane], x)
+	}
+}
+
+// finish runs the handler of a random lane's first delivery: it Acks it,
+// or, with release, Releases it, which supersedes the lane's deliveries:
+// at once, or after an hour of the model's clock, while records of the
+// lane that arrive meanwhile must wait behind it.
+func (m *receiverModel) finish(release bool) {
+	var heads []string
+	for l, q := range m.lanes {
+		if len(q) > 0 {
+			heads = append(heads, l)
+		}
+	}
+	if len(heads) == 0 {
+		return
+	}
+	lane := heads[m.rng.IntN(len(heads))]
+	x := m.lanes[lane][0]
+	if m.r.Superseded(x.d) {
+		m.errorf("offset %d: a live delivery reported superseded", x.off)
+	}
+	ctx := context.Background()
+	if release {
+		delay := time.Duration(m.rng.IntN(2)) * time.Hour
+		if err := m.r.Release(ctx, x.d, delay+m.skew); err != nil {
+			m.t.Fatal(err)
+		}
+		due := time.Now().Add(m.skew + delay)
+		for _, y := range m.lanes[lane] {
+			y.stale, y.d = append(y.stale, y.d), nil
+			if due.After(y.due) {
+				y.due = due
+			}
+		}
+		m.lanes[lane] = nil
+		return
+	}
+	if err := m.r.Ack(ctx, x.d); err != nil {
+		m.t.Fatal(err)
+	}
+	x.settled++
+	if m.rng.IntN(6) == 0 { // acknowledged twice
+		if err := m.r.Ack(ctx, x.d); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+	x.stale, x.d = append(x.stale, x.d), nil
+	m.lanes[lane] = m.lanes[lane][1:]
+}
+
+// ackStale Acks a superseded delivery, or a settled record's delivery
+// again: neither settles anything.
+func (m *receiverModel) ackStale() {
+	var with []*modelRecord
+	for _, p := range m.parts {
+		for _, x := range p.recs {
+			if len(x.stale) > 0 {
+				with = append(with, x)
+			}
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	x := with[m.rng.IntN(len(with))]
+	d := x.stale[m.rng.IntN(len(x.stale))]
+	if x.settled == 0 && !m.r.Superseded(d) {
+		m.errorf("offset %d: a superseded delivery reported live", x.off)
+	}
+	if err := m.r.Ack(context.Background(), d); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// check compares each partition's offset to commit with the model's.
+func (m *receiverModel) check() {
+	for _, p := range m.parts {
+		want, epoch := p.commitAt()
+		st := p.st
+		if st.commitAt != want || (want >= 0 && st.leaderEpoch != epoch) {
+			m.errorf("partition %d: commit offset %d epoch %d, want %d epoch %d", st.tp.partition, st.commitAt, st.leaderEpoch, want, epoch)
+		}
+		if len(st.inflight) > m.r.cfg.maxUncommitted {
+			m.errorf("partition %d: %d records not committable, past WithMaxUncommitted(%d)", st.tp.partition, len(st.inflight), m.r.cfg.maxUncommitted)
+		}
+		for _, mk := range st.inflight {
+			if mk.off < want {
+				m.errorf("partition %d: offset %d still held below the commit offset %d", st.tp.partition, mk.off, want)
+			}
+		}
+	}
+}
+
+// drain receives and finishes everything left, as a consumer does once
+// no more records arrive, and checks that every record was settled once.
+func (m *receiverModel) drain() {
+	m.skew += time.Hour
+	for range 100000 {
+		if m.t.Failed() {
+			return
+		}
+		m.receive(16)
+		busy := false
+		for _, q := range m.lanes {
+			busy = busy || len(q) > 0
+		}
+		if !busy {
+			break
+		}
+		for busy {
+			m.finish(false)
+			busy = false
+			for _, q := range m.lanes {
+				busy = busy || len(q) > 0
+			}
+		}
+		m.check()
+		m.step++
+	}
+	for _, p := range m.parts {
+		for _, x := range p.recs {
+			if x.settled != 1 {
+				m.errorf("partition %d offset %d settled %d times", p.st.tp.partition, x.off, x.settled)
+				return
+			}
+		}
+		if n := len(p.recs); n > 0 {
+			if last := p.recs[n-1].off + 1; p.st.commitAt != last {
+				m.errorf("partition %d: commit offset %d after everything settled, want %d", p.st.tp.partition, p.st.commitAt, last)
 			}
 		}
 	}
