@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -23,15 +24,20 @@ import (
 // finish the first delivery of a lane (a key, or the partition) in any
 // order across lanes, as the runtime runs them; some Release it instead,
 // as a retry backoff does, and some Ack a superseded delivery, or a
-// delivery twice. It checks:
+// delivery twice. Now and then a partition is revoked with handlers busy
+// and assigned again: its records are fetched again from the offset the
+// revoke committed, as the next owner fetches them. It checks:
 //   - a record is handed out only after every earlier record of its lane
 //     was settled or handed out (and not superseded since);
 //   - the offset to commit is just past the longest run of settled
 //     records from the first, with that record's leader epoch: never past
 //     an unsettled record, and never short of a settled run;
 //   - an Ack of a superseded delivery, or a second Ack, settles nothing;
-//   - in the end every record was settled exactly once and the offset to
-//     commit is just past the last.
+//   - a revoke supersedes every delivery of the partition (its records
+//     are fetched again from the offset to commit, checked before it);
+//   - in the end every record produced was settled, at most once more
+//     than the partition was revoked, once in its last assignment, and
+//     the offset to commit is just past the last.
 //
 // Both orderings, three WithMaxUncommitted bounds, 300 seeds.
 func TestReceiverFollowsModel(t *testing.T) {
@@ -68,6 +74,10 @@ type modelPart struct {
 	recs  []*modelRecord
 	next  int64
 	epoch int32
+	// settled counts, by offset, the Acks that settled each record ever
+	// produced, across the partition's assignments.
+	settled map[int64]int
+	revokes int
 }
 
 // commitAt is the model's offset to commit and its epoch: just past the
@@ -92,7 +102,9 @@ type receiverModel struct {
 	// lanes holds each lane's handed-out deliveries, in the order a
 	// lane's handler runs them.
 	lanes map[string][]*modelRecord
-	step  int
+	// revoked holds the records of earlier assignments.
+	revoked []*modelRecord
+	step    int
 	// skew is how far the model's clock runs ahead of the real one: a
 	// Release's delay passes when the model moves it on.
 	skew time.Duration
@@ -103,13 +115,13 @@ func newReceiverModel(t *testing.T, cl *kgo.Client, seed uint64) *receiverModel 
 	ordering := []Ordering{OrderByKey, OrderByPartition}[seed%2]
 	maxUncommitted := []int{4, 25, DefaultMaxUncommitted}[seed/2%3]
 	r := &Receiver{cl: cl, cfg: receiverConfig{ordering: ordering, maxHeld: 1000, maxUncommitted: maxUncommitted},
-		parts: map[topicPartition]*partState{}}
+		parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
 	r.cond = sync.NewCond(&r.mu)
 	m := &receiverModel{t: t, rng: rng, r: r, byOff: map[*partState]map[int64]*modelRecord{}, lanes: map[string][]*modelRecord{}}
 	for i := range 3 {
 		st := r.state(topicPartition{"orders", int32(i)})
 		st.hwm = math.MaxInt64 // never caught up: the model leaves out the client's buffer
-		m.parts = append(m.parts, &modelPart{st: st, next: int64(rng.IntN(1000))})
+		m.parts = append(m.parts, &modelPart{st: st, next: int64(rng.IntN(1000)), settled: map[int64]int{}})
 		m.byOff[st] = map[int64]*modelRecord{}
 	}
 	return m
@@ -142,6 +154,8 @@ func (m *receiverModel) run(steps int) {
 			m.finish(true)
 		case op < 18:
 			m.skew += time.Hour // what a Release waits for has passed
+		case op < 19 && m.rng.IntN(4) == 0:
+			m.revoke(m.parts[m.rng.IntN(len(m.parts))])
 		default:
 			m.ackStale()
 		}
@@ -172,6 +186,7 @@ func (m *receiverModel) fetch(p *modelPart, n int) {
 		x := &modelRecord{part: p, off: rec.Offset, epoch: rec.LeaderEpoch, key: key}
 		p.recs = append(p.recs, x)
 		m.byOff[p.st][x.off] = x
+		p.settled[x.off] = 0
 	}
 }
 
@@ -253,6 +268,7 @@ func (m *receiverModel) finish(release bool) {
 		m.t.Fatal(err)
 	}
 	x.settled++
+	x.part.settled[x.off]++
 	if m.rng.IntN(6) == 0 { // acknowledged twice
 		if err := m.r.Ack(ctx, x.d); err != nil {
 			m.t.Fatal(err)
@@ -260,6 +276,52 @@ func (m *receiverModel) finish(release bool) {
 	}
 	x.stale, x.d = append(x.stale, x.d), nil
 	m.lanes[lane] = m.lanes[lane][1:]
+}
+
+// revoke revokes p with handlers busy, as a rebalance does, checks what
+// it commits, and assigns p again: its records are fetched again from the
+// offset committed.
+func (m *receiverModel) revoke(p *modelPart) {
+	committed, _ := p.commitAt()
+	if p.st.commitAt != committed {
+		return // check reports it
+	}
+	tp := p.st.tp
+	m.r.finish(context.Background(), map[string][]int32{tp.topic: {tp.partition}}, 0, true)
+	p.revokes++
+	for lane, q := range m.lanes {
+		if len(q) > 0 && q[0].part == p {
+			for _, y := range q {
+				y.stale, y.d = append(y.stale, y.d), nil
+				if !m.r.Superseded(y.stale[len(y.stale)-1]) {
+					m.errorf("partition %d revoked: offset %d's delivery is not superseded", tp.partition, y.off)
+				}
+			}
+			delete(m.lanes, lane)
+		}
+	}
+	m.revoked = append(m.revoked, p.recs...)
+	old := p.recs
+	p.recs = nil
+	st := m.r.state(tp)
+	st.hwm = math.MaxInt64
+	p.st = st
+	m.byOff[st] = map[int64]*modelRecord{}
+	m.r.mu.Lock()
+	defer m.r.mu.Unlock()
+	for _, x := range old {
+		if x.off < committed {
+			continue
+		}
+		rec := &kgo.Record{Topic: tp.topic, Partition: tp.partition, Offset: x.off, LeaderEpoch: x.epoch, Key: x.key}
+		if len(st.fetched) == 0 {
+			m.r.turns = append(m.r.turns, st)
+		}
+		st.fetched = append(st.fetched, rec)
+		y := &modelRecord{part: p, off: x.off, epoch: x.epoch, key: x.key}
+		p.recs = append(p.recs, y)
+		m.byOff[st][y.off] = y
+	}
 }
 
 // ackStale Acks a superseded delivery, or a settled record's delivery
@@ -271,6 +333,11 @@ func (m *receiverModel) ackStale() {
 			if len(x.stale) > 0 {
 				with = append(with, x)
 			}
+		}
+	}
+	for _, x := range m.revoked {
+		if len(x.stale) > 0 {
+			with = append(with, x)
 		}
 	}
 	if len(with) == 0 {
@@ -334,8 +401,13 @@ func (m *receiverModel) drain() {
 	for _, p := range m.parts {
 		for _, x := range p.recs {
 			if x.settled != 1 {
-				m.errorf("partition %d offset %d settled %d times", p.st.tp.partition, x.off, x.settled)
+				m.errorf("partition %d offset %d settled %d times in its last assignment", p.st.tp.partition, x.off, x.settled)
 				return
+			}
+		}
+		for off, n := range p.settled {
+			if n < 1 || n > 1+p.revokes {
+				m.errorf("partition %d offset %d settled %d times in all", p.st.tp.partition, off, n)
 			}
 		}
 		if n := len(p.recs); n > 0 {
