@@ -39,8 +39,11 @@ func TestDeliveryAllocations(t *testing.T) {
 
 // TestBatchRecords: the records a Sender builds for a batch share their
 // allocations (the records, their headers, and the bytes of header values
-// and keys: three, and the slice of pointers), yet each is the record Record
-// builds alone, and none reaches into the next when appended to.
+// and keys: three, and the slice of pointers; with messages that carry
+// headers of their own, two more: the list of those headers, gathered in
+// one walk over each message's map, and where each message's end), yet
+// each is the record Record builds alone, and none reaches into the next
+// when appended to.
 func TestBatchRecords(t *testing.T) {
 	msgs := make([]*driver.Message, 100)
 	for i := range msgs {
@@ -80,8 +83,8 @@ func TestBatchRecords(t *testing.T) {
 	}
 	n := testing.AllocsPerRun(50, func() { s.records(msgs) })
 	t.Logf("%v allocations", n)
-	if n > 4 {
-		t.Errorf("the records of a batch of 100 take %v allocations, want at most 4", n)
+	if n > 6 {
+		t.Errorf("the records of a batch of 100 take %v allocations, want at most 6", n)
 	}
 }
 

@@ -98,8 +98,8 @@ func TestSendReusesBatchMemory(t *testing.T) {
 }
 
 // TestReleaseDropsReferences: a batch kept for reuse refers to none of the
-// bodies, contexts or header names of the messages it was built for, and
-// rebuilding it for a batch no larger allocates nothing.
+// bodies, contexts, header names or headers of the messages it was built
+// for, and rebuilding it for a batch no larger allocates nothing.
 func TestReleaseDropsReferences(t *testing.T) {
 	msgs := make([]*driver.Message, 50)
 	for i := range msgs {
@@ -122,6 +122,11 @@ func TestReleaseDropsReferences(t *testing.T) {
 	for i, h := range b.arena.headers[:cap(b.arena.headers)] {
 		if h.Key != "" || h.Value != nil {
 			t.Fatalf("header %d still set after release: %+v", i, h)
+		}
+	}
+	for i, h := range b.own[:cap(b.own)] {
+		if h != (userHeader{}) {
+			t.Fatalf("message header %d still gathered after release: %+v", i, h)
 		}
 	}
 	if raceEnabled {

@@ -83,6 +83,34 @@ func BenchmarkSendBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkBuildRecords is what a Send of 10,000 envelopes does before
+// franz-go sees them: building their records, with no headers of their own
+// and with two (a trace context and one of the application's).
+func BenchmarkBuildRecords(b *testing.B) {
+	for _, headers := range []int{0, 2} {
+		b.Run(fmt.Sprintf("headers=%d", headers), func(b *testing.B) {
+			msgs := make([]*driver.Message, 10_000)
+			for i := range msgs {
+				msgs[i] = drivertest.SizedMessage(b, testURN, "orders", 300)
+				msgs[i].Key = "customer-" + fmt.Sprint(i%64)
+				if headers > 0 {
+					msgs[i].Headers = map[string]string{
+						"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+						"tenant":      "acme",
+					}
+				}
+			}
+			s := &Sender{now: time.Now}
+			var rb recordBatch
+			b.ReportAllocs()
+			for b.Loop() {
+				s.build(&rb, msgs)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
+		})
+	}
+}
+
 // BenchmarkProduceBatched sends asynchronously and lets the client batch.
 func BenchmarkProduceBatched(b *testing.B) {
 	for _, size := range benchSizes {

@@ -31,22 +31,40 @@ const (
 // collision), timestamp = meta.created_at, key = key (nil for none).
 func Project(m *driver.Message, topic string, key []byte) *kgo.Record {
 	r := new(kgo.Record)
+	var buf [4]userHeader
+	own, n := userHeaders(buf[:0], m)
 	var a arena
-	a.reserve(projectSize(m))
-	project(r, m, topic, key, &a)
+	headers, bytes := projectSize(m)
+	a.reserve(headers+len(own), bytes+n)
+	project(r, m, topic, key, own, &a)
 	return r
 }
 
-// project makes r the record of m, as Project, taking its headers and
-// their values from a.
-func project(r *kgo.Record, m *driver.Message, topic string, key []byte, a *arena) {
-	*r = kgo.Record{Topic: topic, Key: key, Value: m.Body}
-	r.Headers = a.headerRoom(len(m.Headers) + addedHeaders)
+// userHeader is one of a message's own headers that its record carries.
+type userHeader struct{ name, value string }
+
+// userHeaders appends the headers of m that are not the contract's to hs,
+// and returns them and the bytes of their values: the one walk over the
+// message's header map that building its record takes.
+func userHeaders(hs []userHeader, m *driver.Message) ([]userHeader, int) {
+	n := 0
 	for k, v := range m.Headers {
-		if isContract(k) {
-			continue
+		if !isContract(k) {
+			hs = append(hs, userHeader{k, v})
+			n += len(v)
 		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: a.str(v)})
+	}
+	return hs, n
+}
+
+// project makes r the record of m, as Project, with own (userHeaders of
+// m) before the contract headers, taking the headers and their values
+// from a.
+func project(r *kgo.Record, m *driver.Message, topic string, key []byte, own []userHeader, a *arena) {
+	*r = kgo.Record{Topic: topic, Key: key, Value: m.Body}
+	r.Headers = a.headerRoom(len(own) + addedHeaders)
+	for _, h := range own {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.name, Value: a.str(h.value)})
 	}
 	if e := m.Envelope; e != nil {
 		r.Headers = append(r.Headers,
@@ -70,15 +88,11 @@ func project(r *kgo.Record, m *driver.Message, topic string, key []byte, a *aren
 // the reason).
 const addedHeaders = 8
 
-// projectSize is the room the record of m takes in an arena: its headers
-// and their values' bytes.
+// projectSize is the room the record of m takes in an arena past that of
+// its own headers (userHeaders): the contract headers and their values'
+// bytes.
 func projectSize(m *driver.Message) (headers, bytes int) {
-	headers = len(m.Headers) + addedHeaders
-	for k, v := range m.Headers {
-		if !isContract(k) {
-			bytes += len(v)
-		}
-	}
+	headers = addedHeaders
 	if e := m.Envelope; e != nil {
 		bytes += len(e.URN) + len(e.TraceID) + len(e.Meta.ID) + len(e.Meta.Lang) + 2*20
 	}

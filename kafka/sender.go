@@ -212,15 +212,19 @@ func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - headerRoom }
 // are configured, and carries bq-original-topic, as do dead-letter copies.
 func (s *Sender) Record(m *driver.Message) *kgo.Record {
 	r := new(kgo.Record)
+	var buf [4]userHeader
+	own, n := userHeaders(buf[:0], m)
 	var a arena
-	a.reserve(s.recordSize(m))
-	s.record(r, m, &a)
+	headers, bytes := s.recordSize(m)
+	a.reserve(headers+len(own), bytes+n)
+	s.record(r, m, own, &a)
 	return r
 }
 
-// recordSize is the room the record of m takes in an arena: its
-// projection, the key when the key is m.Key, and the values of
-// bq-original-topic and bq-delay when record adds them.
+// recordSize is the room the record of m takes in an arena past that of
+// its own headers (userHeaders): its projection's, the key when the key
+// is m.Key, and the values of bq-original-topic and bq-delay when record
+// adds them.
 func (s *Sender) recordSize(m *driver.Message) (headers, bytes int) {
 	headers, bytes = projectSize(m)
 	if s.keyFunc == nil {
@@ -236,7 +240,9 @@ func (s *Sender) recordSize(m *driver.Message) (headers, bytes int) {
 }
 
 // records returns the records of msgs: the records, their headers and the
-// bytes of the headers and keys in one allocation each.
+// bytes of the headers and keys in one allocation each (and, when messages
+// carry headers of their own, one for the list of them and one for where
+// each message's end).
 func (s *Sender) records(msgs []*driver.Message) []*kgo.Record {
 	var b recordBatch
 	s.build(&b, msgs)
@@ -252,6 +258,10 @@ type recordBatch struct {
 	recs  []*kgo.Record
 	slab  []kgo.Record
 	arena arena
+	// own holds the messages' own headers (userHeaders), message i's
+	// ending at ownEnd[i].
+	own    []userHeader
+	ownEnd []int
 }
 
 // maxPooledRecords and maxPooledBytes bound the batches Send keeps for
@@ -266,28 +276,52 @@ const (
 // build makes b hold the records of msgs, reusing b's memory where it is
 // large enough.
 func (s *Sender) build(b *recordBatch, msgs []*driver.Message) {
-	var headers, bytes int
+	var headers, bytes, given int
 	for _, m := range msgs {
-		h, n := s.recordSize(m)
-		headers, bytes = headers+h, bytes+n
+		given += len(m.Headers)
 	}
-	b.arena.reserve(headers, bytes)
+	b.own, b.ownEnd = b.own[:0], b.ownEnd[:0]
+	if given > 0 {
+		if cap(b.own) < given {
+			b.own = make([]userHeader, 0, given)
+		}
+		if cap(b.ownEnd) < len(msgs) {
+			b.ownEnd = make([]int, 0, len(msgs))
+		}
+	}
+	for _, m := range msgs {
+		var n int
+		if given > 0 {
+			b.own, n = userHeaders(b.own, m)
+			b.ownEnd = append(b.ownEnd, len(b.own))
+		}
+		h, nb := s.recordSize(m)
+		headers, bytes = headers+h, bytes+nb+n
+	}
+	b.arena.reserve(headers+len(b.own), bytes)
 	if cap(b.slab) < len(msgs) {
 		b.slab = make([]kgo.Record, len(msgs))
 		b.recs = make([]*kgo.Record, len(msgs))
 	}
 	b.slab, b.recs = b.slab[:len(msgs)], b.recs[:len(msgs)]
+	start := 0
 	for i, m := range msgs {
-		s.record(&b.slab[i], m, &b.arena)
+		var mine []userHeader
+		if given > 0 {
+			mine, start = b.own[start:b.ownEnd[i]], b.ownEnd[i]
+		}
+		s.record(&b.slab[i], m, mine, &b.arena)
 		b.recs[i] = &b.slab[i]
 	}
 }
 
-// release drops what b's records refer to (bodies, contexts, header names)
-// and returns b to the pool, unless it is too large to keep.
+// release drops what b's records refer to (bodies, contexts, header names,
+// the messages' own headers gathered for them) and returns b to the pool,
+// unless it is too large to keep.
 func (s *Sender) release(b *recordBatch) {
 	clear(b.slab)
 	clear(b.arena.headers)
+	clear(b.own)
 	if b.poolable() {
 		s.batches.Put(b)
 	}
@@ -295,12 +329,12 @@ func (s *Sender) release(b *recordBatch) {
 
 // poolable reports whether b is small enough to keep for reuse.
 func (b *recordBatch) poolable() bool {
-	return cap(b.slab) <= maxPooledRecords && cap(b.arena.bytes) <= maxPooledBytes
+	return cap(b.slab) <= maxPooledRecords && cap(b.arena.bytes) <= maxPooledBytes && cap(b.own) <= 4*maxPooledRecords
 }
 
-// record makes r the record of m, as Record, taking its headers and bytes
-// from a.
-func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
+// record makes r the record of m, as Record, with own (userHeaders of m),
+// taking its headers and bytes from a.
+func (s *Sender) record(r *kgo.Record, m *driver.Message, own []userHeader, a *arena) {
 	var key []byte
 	switch {
 	case s.keyFunc != nil:
@@ -313,7 +347,7 @@ func (s *Sender) record(r *kgo.Record, m *driver.Message, a *arena) {
 			key = t.s.rec.Key
 		}
 	}
-	project(r, m, m.Queue, key, a)
+	project(r, m, m.Queue, key, own, a)
 	if m.Origin != nil {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalTopic, Value: a.str(m.Origin.Queue)})
 	}
