@@ -372,6 +372,16 @@ func (m *receiverModel) check() {
 	}
 }
 
+// busy reports whether a lane has a delivery handed out and not finished.
+func (m *receiverModel) busy() bool {
+	for _, q := range m.lanes {
+		if len(q) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // drain receives and finishes everything left, as a consumer does once
 // no more records arrive, and checks that every record was settled once.
 func (m *receiverModel) drain() {
@@ -381,19 +391,11 @@ func (m *receiverModel) drain() {
 			return
 		}
 		m.receive(16)
-		busy := false
-		for _, q := range m.lanes {
-			busy = busy || len(q) > 0
-		}
-		if !busy {
+		if !m.busy() {
 			break
 		}
-		for busy {
+		for m.busy() {
 			m.finish(false)
-			busy = false
-			for _, q := range m.lanes {
-				busy = busy || len(q) > 0
-			}
 		}
 		m.check()
 		m.step++
