@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -120,7 +119,6 @@ func newReceiverModel(t *testing.T, cl *kgo.Client, seed uint64) *receiverModel 
 	m := &receiverModel{t: t, rng: rng, r: r, byOff: map[*partState]map[int64]*modelRecord{}, lanes: map[string][]*modelRecord{}}
 	for i := range 3 {
 		st := r.state(topicPartition{"orders", int32(i)})
-		st.hwm = math.MaxInt64 // never caught up: the model leaves out the client's buffer
 		m.parts = append(m.parts, &modelPart{st: st, next: int64(rng.IntN(1000)), settled: map[int64]int{}})
 		m.byOff[st] = map[int64]*modelRecord{}
 	}
@@ -179,10 +177,7 @@ func (m *receiverModel) fetch(p *modelPart, n int) {
 			key = []byte("k" + strconv.Itoa(m.rng.IntN(4)))
 		}
 		rec := &kgo.Record{Topic: "orders", Partition: p.st.tp.partition, Offset: p.next, LeaderEpoch: p.epoch, Key: key}
-		if len(p.st.fetched) == 0 {
-			r.turns = append(r.turns, p.st)
-		}
-		p.st.fetched = append(p.st.fetched, rec)
+		r.fetchedLocked(p.st, []*kgo.Record{rec}, p.next+1)
 		x := &modelRecord{part: p, off: rec.Offset, epoch: rec.LeaderEpoch, key: key}
 		p.recs = append(p.recs, x)
 		m.byOff[p.st][x.off] = x
@@ -304,7 +299,6 @@ func (m *receiverModel) revoke(p *modelPart) {
 	old := p.recs
 	p.recs = nil
 	st := m.r.state(tp)
-	st.hwm = math.MaxInt64
 	p.st = st
 	m.byOff[st] = map[int64]*modelRecord{}
 	m.r.mu.Lock()
@@ -314,10 +308,7 @@ func (m *receiverModel) revoke(p *modelPart) {
 			continue
 		}
 		rec := &kgo.Record{Topic: tp.topic, Partition: tp.partition, Offset: x.off, LeaderEpoch: x.epoch, Key: x.key}
-		if len(st.fetched) == 0 {
-			m.r.turns = append(m.r.turns, st)
-		}
-		st.fetched = append(st.fetched, rec)
+		m.r.fetchedLocked(st, []*kgo.Record{rec}, p.next+1)
 		y := &modelRecord{part: p, off: x.off, epoch: x.epoch, key: x.key}
 		p.recs = append(p.recs, y)
 		m.byOff[st][y.off] = y
@@ -353,8 +344,39 @@ func (m *receiverModel) ackStale() {
 	}
 }
 
-// check compares each partition's offset to commit with the model's.
+// check compares each partition's offset to commit with the model's, and
+// the Receiver's running tallies (the partitions not caught up, those
+// paused) with a walk over all of them.
 func (m *receiverModel) check() {
+	m.r.mu.Lock()
+	behind, stalled := 0, map[*partState]int{}
+	for _, st := range m.r.stalled {
+		if !st.dropped {
+			stalled[st]++
+		}
+	}
+	for _, st := range m.r.parts {
+		if st.behind != !st.caughtUp() {
+			m.errorf("partition %d: counted behind %v, caught up %v", st.tp.partition, st.behind, st.caughtUp())
+		}
+		if !st.caughtUp() {
+			behind++
+		}
+		if want := map[bool]int{true: 1}[st.paused]; stalled[st] != want {
+			m.errorf("partition %d: paused %v, listed %d times to resume", st.tp.partition, st.paused, stalled[st])
+		}
+		if len(st.backlog) > 0 && !st.paused {
+			m.errorf("partition %d: %d records handed back, fetching not paused", st.tp.partition, len(st.backlog))
+		}
+		delete(stalled, st)
+	}
+	if m.r.behind != behind {
+		m.errorf("%d partitions counted behind, %d are", m.r.behind, behind)
+	}
+	if len(stalled) > 0 {
+		m.errorf("%d partitions listed to resume are not assigned", len(stalled))
+	}
+	m.r.mu.Unlock()
 	for _, p := range m.parts {
 		want, epoch := p.commitAt()
 		st := p.st

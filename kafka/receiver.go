@@ -67,7 +67,16 @@ type Receiver struct {
 	readyHeld []*slot // held records whose delay has passed
 	// turns is the partitions with fetched records not yet taken
 	// (partState.fetched), in the order they take their next turn.
-	turns      []*partState
+	turns []*partState
+	// stalled is the partitions whose fetching is paused (partState.paused),
+	// which include every partition with a backlog: readyLocked visits
+	// them alone, in this order, so that a Receive costs the same however
+	// many partitions are assigned.
+	stalled []*partState
+	// behind counts the partitions not caught up (partState.behind), so
+	// that an Ack tells in constant time whether the receiver has caught
+	// up.
+	behind     int
 	pollCancel context.CancelFunc
 	closed     bool
 	killed     bool
@@ -108,6 +117,8 @@ type partState struct {
 	held        int            // slots waiting for their bq-delay
 	paused      bool
 	hwm         int64 // high watermark as of the last fetch (-1: none yet)
+	behind      bool  // counted in Receiver.behind: not caughtUp
+	dropped     bool  // revoked or lost: no longer in Receiver.parts
 	// fetched is what the last poll brought of the partition and no
 	// Receive has taken yet, in offset order. It is not in inflight: its
 	// offsets are above every record taken, so no commit passes them, and
@@ -436,14 +447,11 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		if len(p.Records) == 0 {
 			return
 		}
-		st := r.state(topicPartition{p.Topic, p.Partition})
-		if p.Err == nil && p.HighWatermark >= 0 {
-			st.hwm = p.HighWatermark
+		hwm := int64(-1)
+		if p.Err == nil {
+			hwm = p.HighWatermark
 		}
-		if len(st.fetched) == 0 {
-			r.turns = append(r.turns, st)
-		}
-		st.fetched = append(st.fetched, p.Records...)
+		r.fetchedLocked(r.state(topicPartition{p.Topic, p.Partition}), p.Records, hwm)
 	})
 	out, resume = r.readyLocked(now, max, nil)
 	out, pause = r.takeLocked(now, max-len(out), out)
@@ -504,7 +512,7 @@ func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([
 			st.fetched = nil
 		}
 		s := &slot{rec: rec, part: st}
-		st.insert(s)
+		st.insert(s) // from fetched to inflight: still not caught up
 		due, delayed := heldUntil(rec)
 		switch {
 		case len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0):
@@ -521,7 +529,7 @@ func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([
 		// Too many held for their delay, or not yet committable: fetching
 		// of the partition pauses until readyLocked finds it resumable.
 		if !st.paused && !r.resumable(st) {
-			st.paused = true
+			r.stallLocked(st)
 			pause = append(pause, st.tp)
 		}
 	}
@@ -564,7 +572,11 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 	}
 	r.readyHeld = r.readyHeld[n:]
 	var resume []topicPartition
-	for tp, st := range r.parts {
+	// Only a paused partition can have a backlog or be resumable.
+	for _, st := range r.stalled {
+		if st.dropped {
+			continue
+		}
 		for max > 0 && len(st.backlog) > 0 && !now.Before(st.backlogAt) {
 			s := st.backlog[0]
 			st.backlog[0] = nil
@@ -589,10 +601,66 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 		}
 		if st.paused && r.resumable(st) {
 			st.paused = false
-			resume = append(resume, tp)
+			resume = append(resume, st.tp)
+		}
+	}
+	if n := len(r.stalled); n > 0 {
+		// The partition that came first goes last, so that no partition's
+		// backlog keeps coming first when max runs out.
+		first := r.stalled[0]
+		copy(r.stalled, r.stalled[1:])
+		r.stalled[n-1] = first
+		r.stalled = slices.DeleteFunc(r.stalled, func(st *partState) bool { return !st.paused || st.dropped })
+		if len(r.stalled) == 0 {
+			r.stalled = nil
 		}
 	}
 	return out, resume
+}
+
+// stallLocked pauses st's fetching in the Receiver's books (the caller
+// pauses the client's): readyLocked visits it until it is resumable. r.mu
+// must be held.
+func (r *Receiver) stallLocked(st *partState) {
+	st.paused = true
+	r.stalled = append(r.stalled, st)
+}
+
+// fetchedLocked adds records a poll brought of st, and the partition's
+// high watermark then (-1: unknown), to what Receive hands out. r.mu must
+// be held.
+func (r *Receiver) fetchedLocked(st *partState, recs []*kgo.Record, hwm int64) {
+	if hwm >= 0 {
+		st.hwm = hwm
+	}
+	if len(st.fetched) == 0 {
+		r.turns = append(r.turns, st)
+	}
+	st.fetched = append(st.fetched, recs...)
+	r.trackLocked(st)
+}
+
+// caughtUp reports whether st has nothing received left unsettled, nothing
+// fetched left to take, and is settled up to its high watermark as of its
+// last fetch.
+func (st *partState) caughtUp() bool {
+	return len(st.inflight) == 0 && len(st.fetched) == 0 && st.commitAt >= st.hwm
+}
+
+// trackLocked counts st in r.behind while it is not caught up; it is
+// called after every change to what caughtUp reads that can change its
+// answer: records fetched, an offset settled. (Taking a fetched record
+// moves it to inflight, which leaves the answer as it was; a revoke
+// uncounts the partition it forgets.) r.mu must be held.
+func (r *Receiver) trackLocked(st *partState) {
+	if behind := !st.caughtUp(); behind != st.behind {
+		st.behind = behind
+		if behind {
+			r.behind++
+		} else {
+			r.behind--
+		}
+	}
 }
 
 // resumable reports whether nothing keeps st's fetching paused: no record
@@ -854,6 +922,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 		st.dirty, advanced = true, true
 	}
 	if advanced {
+		r.trackLocked(st)
 		if was >= r.cfg.maxUncommitted && st.paused && r.resumable(st) {
 			r.wakeLocked() // the commit caught up: the poll in progress ends, the next resumes the partition
 		}
@@ -865,7 +934,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 			default:
 			}
 		}
-		if len(st.inflight) == 0 && st.commitAt >= st.hwm && r.caughtUpLocked() {
+		if !st.behind && r.caughtUpLocked() {
 			select {
 			case r.caughtUp <- struct{}{}:
 			default:
@@ -881,12 +950,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 // and the client holds no fetched record not yet received: the burst
 // fetched is over, and there is nothing more to wait for.
 func (r *Receiver) caughtUpLocked() bool {
-	for _, st := range r.parts {
-		if len(st.inflight) > 0 || len(st.fetched) > 0 || st.commitAt < st.hwm {
-			return false
-		}
-	}
-	return r.cl.BufferedFetchRecords() == 0
+	return r.behind == 0 && r.cl.BufferedFetchRecords() == 0
 }
 
 // Release implements driver.Receiver: the record, and every later record of
@@ -922,7 +986,9 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 		st.backlogAt = at
 	}
 	pause := !st.paused
-	st.paused = true
+	if pause {
+		r.stallLocked(st)
+	}
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	if pause {
@@ -1130,6 +1196,11 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 					paused = append(paused, tp)
 				}
 				st.fetched = nil // the next owner fetches them
+				st.dropped = true
+				if st.behind {
+					st.behind = false
+					r.behind--
+				}
 			}
 			delete(r.parts, tp)
 		}

@@ -488,11 +488,53 @@ func TestBacklogKeysAreForgotten(t *testing.T) {
 		st.backlog = append(st.backlog, s)
 		st.backKeys[r.laneKey(s)]++
 	}
+	r.stallLocked(st) // as Release pauses it
 	out, _ := r.readyLocked(time.Now(), 1000, nil)
 	if len(out) != 500 {
 		t.Fatalf("%d records delivered from the backlog, want 500", len(out))
 	}
 	if n := len(st.backKeys); n != 0 {
 		t.Errorf("%d keys still counted with an empty backlog, want 0", n)
+	}
+}
+
+// Backlogs of several partitions take turns: a Receive that can hand out
+// only part of them starts with the partition after the one the last
+// Receive started with, so no partition's retries keep waiting behind
+// another's.
+func TestBacklogsTakeTurns(t *testing.T) {
+	r := &Receiver{cfg: receiverConfig{ordering: OrderByPartition, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
+		parts: map[topicPartition]*partState{}}
+	const parts, each = 3, 4
+	for p := range int32(parts) {
+		st := r.state(topicPartition{"t", p})
+		for i := range each {
+			s := &slot{rec: &kgo.Record{Topic: "t", Partition: p, Offset: int64(i)}, part: st, back: true}
+			st.insert(s)
+			st.backlog = append(st.backlog, s)
+			st.backKeys[r.laneKey(s)]++
+		}
+		r.stallLocked(st)
+	}
+	var got []int32
+	for range parts * each {
+		out, _ := r.readyLocked(time.Now(), 1, nil)
+		if len(out) != 1 {
+			t.Fatalf("Receive of 1 handed out %d", len(out))
+		}
+		var rec *kgo.Record
+		out[0].As(&rec)
+		got = append(got, rec.Partition)
+	}
+	for i := parts; i < len(got); i++ {
+		if got[i] != got[i-parts] {
+			t.Fatalf("partitions in the order %v: each should come first in turn", got)
+		}
+	}
+	if got[0] == got[1] || got[1] == got[2] || got[0] == got[2] {
+		t.Fatalf("partitions in the order %v: each should come first in turn", got)
+	}
+	if len(r.stalled) != 0 {
+		t.Errorf("%d partitions still listed as paused with their backlogs delivered", len(r.stalled))
 	}
 }
