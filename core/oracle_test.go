@@ -146,6 +146,14 @@ func FuzzDecodeOracle(f *testing.F) {
 		`{"job":"x","trace_id":"t","data":{"a":1},"data":{"b":2},"meta":{"schema_version":1},"\u006aob":"y","job":"z"}`,
 		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1},"meta":7}`,
 		`[1,2]`, `"str"`, `{"a":01}`, `{"a":"\x01"}`, `{"a":1.}`, `{"a":-}`, `{"a":tru}`,
+		// Each string field Decode reads, with escapes, non-ASCII and
+		// invalid UTF-8 (U+FFFD for encoding/json): a decoder that takes
+		// a string's bytes as they are, unchecked, differs.
+		"{\"job\":\"0\",\"trace_id\":\"\x96\",\"data\":{},\"meta\":{\"schema_version\":1}}",
+		"{\"job\":\"urn:\xff\xfe\",\"trace_id\":\"t\",\"data\":{},\"meta\":{\"schema_version\":1,\"id\":\"\u00e9\x80\",\"queue\":\"q\xc3\",\"lang\":\"日本\"}}",
+		"{\"urn\":\"a\xffb\",\"trace_id\":\"t\",\"data\":{},\"meta\":{\"schema_version\":1}}",
+		`{"job":"a\"b","trace_id":"t\u0041","data":{},"meta":{"schema_version":1,"lang":"p\nhp","queue":"é"}}`,
+		"{\"job\":\"j\",\"data\":{},\"meta\":{\"schema_version\":1},\"trace_id\":\"\xe9\"}",
 	} {
 		f.Add([]byte(s))
 	}
