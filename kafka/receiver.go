@@ -118,7 +118,7 @@ type partState struct {
 	paused      bool
 	hwm         int64 // high watermark as of the last fetch (-1: none yet)
 	behind      bool  // counted in Receiver.behind: not caughtUp
-	dropped     bool  // revoked or lost: no longer in Receiver.parts
+	dropped     bool  // being revoked or lost: nothing more is handed out, and finish forgets it
 	// fetched is what the last poll brought of the partition and no
 	// Receive has taken yet, in offset order. It is not in inflight: its
 	// offsets are above every record taken, so no commit passes them, and
@@ -562,7 +562,7 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 	for n < len(r.readyHeld) && max > 0 {
 		s := r.readyHeld[n]
 		n++
-		if s.gone || !s.held {
+		if s.gone || !s.held || s.part.dropped {
 			continue
 		}
 		s.held = false
@@ -1164,6 +1164,16 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 		}()
 	}
 	r.mu.Lock()
+	// Nothing more of the partitions is handed out from here on: what was
+	// fetched and not taken is left to the next owner, which fetches it
+	// from the committed offset, and a backlog or a record whose delay
+	// passes is not handed out (Receive runs while the revoke waits
+	// below; a record it handed out now would be handled here and again
+	// by the next owner, and hold the revoke up while it runs).
+	r.forEachStateLocked(parts, func(st *partState) {
+		st.dropped = true
+		st.fetched = nil
+	})
 	// What the runtime has received but not started is given up at once:
 	// the partition's next owner receives it from the committed offset,
 	// and the runtime skips it (Superseded). Only handlers already running
@@ -1188,23 +1198,16 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	}
 	r.forEachSlotLocked(parts, func(s *slot) { s.gone = true })
 	var paused []topicPartition
-	for topic, ps := range parts {
-		for _, p := range ps {
-			tp := topicPartition{topic, p}
-			if st := r.parts[tp]; st != nil {
-				if st.paused {
-					paused = append(paused, tp)
-				}
-				st.fetched = nil // the next owner fetches them
-				st.dropped = true
-				if st.behind {
-					st.behind = false
-					r.behind--
-				}
-			}
-			delete(r.parts, tp)
+	r.forEachStateLocked(parts, func(st *partState) {
+		if st.paused {
+			paused = append(paused, st.tp)
 		}
-	}
+		if st.behind {
+			st.behind = false
+			r.behind--
+		}
+		delete(r.parts, st.tp)
+	})
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	r.commit(ctx, offsets)
@@ -1212,20 +1215,28 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	r.resume(paused)
 }
 
-// forEachSlotLocked calls fn with every in-flight slot of parts not yet
-// settled.
-func (r *Receiver) forEachSlotLocked(parts map[string][]int32, fn func(*slot)) {
+// forEachStateLocked calls fn with the state of every partition of parts
+// the Receiver has.
+func (r *Receiver) forEachStateLocked(parts map[string][]int32, fn func(*partState)) {
 	for topic, ps := range parts {
 		for _, p := range ps {
 			if st := r.parts[topicPartition{topic, p}]; st != nil {
-				for _, m := range st.inflight {
-					if m.s != nil {
-						fn(m.s)
-					}
-				}
+				fn(st)
 			}
 		}
 	}
+}
+
+// forEachSlotLocked calls fn with every in-flight slot of parts not yet
+// settled.
+func (r *Receiver) forEachSlotLocked(parts map[string][]int32, fn func(*slot)) {
+	r.forEachStateLocked(parts, func(st *partState) {
+		for _, m := range st.inflight {
+			if m.s != nil {
+				fn(m.s)
+			}
+		}
+	})
 }
 
 // busyLocked reports whether a record of parts is with the runtime: handed

@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,6 +407,116 @@ func TestRevokeWaitsOnlyForStartedHandlers(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// While a revoke waits for the handlers already running, Receive goes on
+// for the partitions kept, but hands out nothing more of those revoked:
+// not what was fetched and not yet taken (the next owner fetches it from
+// the committed offset), not a record handed back, not one whose delay
+// passes. Records handed out then would be handled by a member that no
+// longer owns them, and again by the next owner, their settles counted
+// by nothing that is committed, and each one running would hold the
+// revoke up.
+func TestNothingHandedOutWhileRevoking(t *testing.T) {
+	for _, startsKnown := range []bool{true, false} {
+		t.Run(fmt.Sprintf("superseded-asked=%v", startsKnown), func(t *testing.T) {
+			cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // nothing is dialled
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			r := &Receiver{cl: cl, cfg: receiverConfig{ordering: OrderByKey, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
+				parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
+			r.cond = sync.NewCond(&r.mu)
+			records := func(p int32, n int) []*kgo.Record {
+				var out []*kgo.Record
+				for i := range n {
+					out = append(out, &kgo.Record{Topic: "t", Partition: p, Offset: int64(i), Key: []byte("k" + strconv.Itoa(i))})
+				}
+				return out
+			}
+			receive := func(max int) []*driver.Delivery {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				now := time.Now()
+				out, _ := r.readyLocked(now, max, nil)
+				out, _ = r.takeLocked(now, max-len(out), out)
+				return out
+			}
+			revoked, kept := r.state(topicPartition{"t", 0}), r.state(topicPartition{"t", 1})
+			recs := records(0, 20)
+			// The first is a retry copy held for 100 ms.
+			recs[0].Headers = []kgo.RecordHeader{{Key: HeaderDelay, Value: []byte("100")}}
+			recs[0].Timestamp = time.Now()
+			r.mu.Lock()
+			r.fetchedLocked(revoked, recs, 20)
+			r.mu.Unlock()
+			// Three of the revoked partition's records handed out: the first
+			// running, the second not started, the third handed back.
+			got := receive(3)
+			if len(got) != 3 {
+				t.Fatalf("handed out %d, want 3", len(got))
+			}
+			if startsKnown && r.Superseded(got[0]) {
+				t.Fatal("a live delivery reported superseded")
+			}
+			ctx := context.Background()
+			if err := r.Release(ctx, got[2], 0); err != nil {
+				t.Fatal(err)
+			}
+			held := revoked.inflight[0].s
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r.finish(ctx, map[string][]int32{"t": {0}}, 30*time.Second, false)
+			}()
+			drivertest.WaitUntil(t, 10*time.Second, "the revoke giving up the partition while it waits for the running handler", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				return revoked.dropped
+			})
+			drivertest.WaitUntil(t, 10*time.Second, "the retry copy's delay passing", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				return len(r.readyHeld) > 0 || held.gone // gone: it will never be ready
+			})
+			r.mu.Lock()
+			r.fetchedLocked(kept, records(1, 5), 5)
+			r.mu.Unlock()
+			keptOut := 0
+			for _, d := range receive(100) {
+				var rec *kgo.Record
+				d.As(&rec)
+				if rec.Partition == 0 {
+					t.Errorf("offset %d of the partition being revoked handed out", rec.Offset)
+				} else {
+					keptOut++
+				}
+			}
+			if keptOut != 5 {
+				t.Errorf("%d records of the partition kept handed out during the revoke, want 5", keptOut)
+			}
+			// Without Superseded asked, the revoke waits for everything
+			// handed out: it cannot tell what started.
+			settle := got[:1]
+			if !startsKnown {
+				settle = got[:2]
+			}
+			for _, d := range settle {
+				if err := r.Ack(ctx, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-done:
+			case <-time.After(3 * time.Second):
+				t.Fatal("the revoke still waits with its running handler settled")
+			}
+			if _, ok := r.parts[topicPartition{"t", 0}]; ok {
+				t.Error("the revoked partition is still assigned")
+			}
+		})
 	}
 }
 
