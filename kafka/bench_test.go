@@ -3,8 +3,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,16 +172,10 @@ func BenchmarkConsume(b *testing.B) {
 // many partitions runs. What a Receive and an Ack cost must not grow with
 // the partitions assigned.
 func BenchmarkReceiverTrickle(b *testing.B) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // nothing is dialled
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	cl := offlineClient(b)
 	for _, parts := range []int{8, 512} {
 		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
-			r := &Receiver{cl: cl, cfg: receiverConfig{ordering: OrderByKey, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
-				parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
-			r.cond = sync.NewCond(&r.mu)
+			r := bareReceiver(cl, OrderByKey, DefaultMaxUncommitted)
 			sts := make([]*partState, parts)
 			for i := range sts {
 				sts[i] = r.state(topicPartition{"orders", int32(i)})
@@ -196,14 +188,8 @@ func BenchmarkReceiverTrickle(b *testing.B) {
 				off := int64(i / parts)
 				i++
 				r.mu.Lock()
-				st.hwm = off + 1
-				if len(st.fetched) == 0 {
-					r.turns = append(r.turns, st)
-				}
-				st.fetched = append(st.fetched, &kgo.Record{Topic: "orders", Partition: st.tp.partition, Offset: off, Key: []byte("k")})
-				now := time.Now()
-				out, _ := r.readyLocked(now, 100, nil)
-				out, _ = r.takeLocked(now, 100-len(out), out)
+				r.fetchedLocked(st, []*kgo.Record{{Topic: "orders", Partition: st.tp.partition, Offset: off, Key: []byte("k")}}, off+1)
+				out, _, _ := r.handOutLocked(time.Now(), 100)
 				r.mu.Unlock()
 				for _, d := range out {
 					if err := r.Ack(ctx, d); err != nil {

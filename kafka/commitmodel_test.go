@@ -3,10 +3,8 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,11 +38,7 @@ import (
 //
 // Both orderings, three WithMaxUncommitted bounds, 300 seeds.
 func TestReceiverFollowsModel(t *testing.T) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // Release pauses fetching; nothing is dialled
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := offlineClient(t)
 	for seed := range uint64(300) {
 		m := newReceiverModel(t, cl, seed)
 		m.run(500)
@@ -113,9 +107,7 @@ func newReceiverModel(t *testing.T, cl *kgo.Client, seed uint64) *receiverModel 
 	rng := rand.New(rand.NewPCG(seed, 42))
 	ordering := []Ordering{OrderByKey, OrderByPartition}[seed%2]
 	maxUncommitted := []int{4, 25, DefaultMaxUncommitted}[seed/2%3]
-	r := &Receiver{cl: cl, cfg: receiverConfig{ordering: ordering, maxHeld: 1000, maxUncommitted: maxUncommitted},
-		parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
-	r.cond = sync.NewCond(&r.mu)
+	r := bareReceiver(cl, ordering, maxUncommitted)
 	m := &receiverModel{t: t, rng: rng, r: r, byOff: map[*partState]map[int64]*modelRecord{}, lanes: map[string][]*modelRecord{}}
 	for i := range 3 {
 		st := r.state(topicPartition{"orders", int32(i)})
@@ -190,8 +182,7 @@ func (m *receiverModel) receive(max int) {
 	r := m.r
 	r.mu.Lock()
 	now := time.Now().Add(m.skew)
-	out, _ := r.readyLocked(now, max, nil)
-	out, _ = r.takeLocked(now, max-len(out), out)
+	out, _, _ := r.handOutLocked(now, max)
 	r.mu.Unlock()
 	if len(out) > max {
 		m.errorf("Receive(%d) handed out %d", max, len(out))
@@ -362,7 +353,11 @@ func (m *receiverModel) check() {
 		if !st.caughtUp() {
 			behind++
 		}
-		if want := map[bool]int{true: 1}[st.paused]; stalled[st] != want {
+		want := 0
+		if st.paused {
+			want = 1
+		}
+		if stalled[st] != want {
 			m.errorf("partition %d: paused %v, listed %d times to resume", st.tp.partition, st.paused, stalled[st])
 		}
 		if len(st.backlog) > 0 && !st.paused {

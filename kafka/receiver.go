@@ -410,9 +410,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		r.mu.Unlock()
 		return nil, driver.ErrClosed
 	}
-	now := time.Now()
-	out, resume := r.readyLocked(now, max, nil)
-	out, pause := r.takeLocked(now, max-len(out), out)
+	out, resume, pause := r.handOutLocked(time.Now(), max)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait)
 	r.pollCancel = cancel
 	r.mu.Unlock()
@@ -440,7 +438,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		}
 	})
 
-	now = time.Now()
+	now := time.Now()
 	r.mu.Lock()
 	r.pollCancel = nil
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -453,8 +451,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		}
 		r.fetchedLocked(r.state(topicPartition{p.Topic, p.Partition}), p.Records, hwm)
 	})
-	out, resume = r.readyLocked(now, max, nil)
-	out, pause = r.takeLocked(now, max-len(out), out)
+	out, resume, pause = r.handOutLocked(now, max)
 	r.mu.Unlock()
 	// What is taken is registered, and what is not is only fetched: a
 	// rebalance may run now. Its revoke waits for what was taken to be
@@ -479,6 +476,16 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		r.warnFetch(ferr)
 	}
 	return out, nil
+}
+
+// handOutLocked returns up to max deliveries: first the records that
+// became ready again (readyLocked), then fetched ones (takeLocked); and
+// the partitions whose fetching may resume and must pause. r.mu must be
+// held.
+func (r *Receiver) handOutLocked(now time.Time, max int) (out []*driver.Delivery, resume, pause []topicPartition) {
+	out, resume = r.readyLocked(now, max, nil)
+	out, pause = r.takeLocked(now, max-len(out), out)
+	return out, resume, pause
 }
 
 // takeLocked appends to out, up to max, the deliveries of fetched records

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -421,14 +420,7 @@ func TestRevokeWaitsOnlyForStartedHandlers(t *testing.T) {
 func TestNothingHandedOutWhileRevoking(t *testing.T) {
 	for _, startsKnown := range []bool{true, false} {
 		t.Run(fmt.Sprintf("superseded-asked=%v", startsKnown), func(t *testing.T) {
-			cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // nothing is dialled
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			r := &Receiver{cl: cl, cfg: receiverConfig{ordering: OrderByKey, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
-				parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
-			r.cond = sync.NewCond(&r.mu)
+			r := bareReceiver(offlineClient(t), OrderByKey, DefaultMaxUncommitted)
 			records := func(p int32, n int) []*kgo.Record {
 				var out []*kgo.Record
 				for i := range n {
@@ -439,9 +431,7 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 			receive := func(max int) []*driver.Delivery {
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				now := time.Now()
-				out, _ := r.readyLocked(now, max, nil)
-				out, _ = r.takeLocked(now, max-len(out), out)
+				out, _, _ := r.handOutLocked(time.Now(), max)
 				return out
 			}
 			revoked, kept := r.state(topicPartition{"t", 0}), r.state(topicPartition{"t", 1})
@@ -615,8 +605,7 @@ func TestBacklogKeysAreForgotten(t *testing.T) {
 // Receive started with, so no partition's retries keep waiting behind
 // another's.
 func TestBacklogsTakeTurns(t *testing.T) {
-	r := &Receiver{cfg: receiverConfig{ordering: OrderByPartition, maxHeld: 1000, maxUncommitted: DefaultMaxUncommitted},
-		parts: map[topicPartition]*partState{}}
+	r := bareReceiver(nil, OrderByPartition, DefaultMaxUncommitted)
 	const parts, each = 3, 4
 	for p := range int32(parts) {
 		st := r.state(topicPartition{"t", p})

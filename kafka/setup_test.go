@@ -3,9 +3,11 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,5 +118,28 @@ func newTestReceiverOn(t testing.TB, seeds []string, group string, topics []stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// offlineClient is a client that dials nothing: a Receiver's bookkeeping
+// tested without a broker only pauses and resumes fetching through it.
+func offlineClient(tb testing.TB) *kgo.Client {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Close)
+	return cl
+}
+
+// bareReceiver is a Receiver on cl (nil when nothing pauses fetching)
+// without a consumer group: what Receive does after its poll
+// (handOutLocked), Ack, Release and finish run on it as they do on one
+// that NewReceiver made.
+func bareReceiver(cl *kgo.Client, ordering Ordering, maxUncommitted int) *Receiver {
+	r := &Receiver{cl: cl, cfg: receiverConfig{ordering: ordering, maxHeld: 1000, maxUncommitted: maxUncommitted},
+		parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
+	r.cond = sync.NewCond(&r.mu)
 	return r
 }
