@@ -27,7 +27,8 @@ func TestDeliveryAllocations(t *testing.T) {
 	part := &partState{tp: topicPartition{"orders", 3}, key: "orders/3"}
 	var got *kgo.Record
 	allocs := testing.AllocsPerRun(200, func() {
-		d := r.delivery(&slot{rec: rec, part: part})
+		d := r.issueLocked(&slot{rec: rec, part: part})
+		r.fill(d)
 		if !d.As(&got) || got != rec {
 			t.Fatal("As did not reach the record")
 		}

@@ -191,6 +191,7 @@ func BenchmarkReceiverTrickle(b *testing.B) {
 				r.fetchedLocked(st, []*kgo.Record{{Topic: "orders", Partition: st.tp.partition, Offset: off, Key: []byte("k")}}, off+1)
 				out, _, _ := r.handOutLocked(time.Now(), 100)
 				r.mu.Unlock()
+				r.fillAll(out)
 				for _, d := range out {
 					if err := r.Ack(ctx, d); err != nil {
 						b.Fatal(err)

@@ -184,6 +184,7 @@ func (m *receiverModel) receive(max int) {
 	now := time.Now().Add(m.skew)
 	out, _, _ := r.handOutLocked(now, max)
 	r.mu.Unlock()
+	r.fillAll(out)
 	if len(out) > max {
 		m.errorf("Receive(%d) handed out %d", max, len(out))
 	}

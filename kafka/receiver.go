@@ -418,6 +418,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	r.resume(resume)
 	if len(out) > 0 {
 		cancel()
+		r.fillAll(out)
 		return out, nil
 	}
 
@@ -475,13 +476,15 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	if ferr != nil {
 		r.warnFetch(ferr)
 	}
+	r.fillAll(out)
 	return out, nil
 }
 
 // handOutLocked returns up to max deliveries: first the records that
 // became ready again (readyLocked), then fetched ones (takeLocked); and
-// the partitions whose fetching may resume and must pause. r.mu must be
-// held.
+// the partitions whose fetching may resume and must pause. The deliveries
+// are issued (issueLocked): fillAll completes them once r.mu is released.
+// r.mu must be held.
 func (r *Receiver) handOutLocked(now time.Time, max int) (out []*driver.Delivery, resume, pause []topicPartition) {
 	out, resume = r.readyLocked(now, max, nil)
 	out, pause = r.takeLocked(now, max-len(out), out)
@@ -530,7 +533,7 @@ func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([
 		case delayed && due.After(now):
 			r.holdLocked(s, due.Sub(now))
 		default:
-			out = append(out, r.delivery(s))
+			out = append(out, r.issueLocked(s))
 			max--
 		}
 		// Too many held for their delay, or not yet committable: fetching
@@ -574,7 +577,7 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 		}
 		s.held = false
 		s.part.held--
-		out = append(out, r.delivery(s))
+		out = append(out, r.issueLocked(s))
 		max--
 	}
 	r.readyHeld = r.readyHeld[n:]
@@ -603,7 +606,7 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 				r.holdLocked(s, due.Sub(now)) // a delayed record keeps its delay
 				continue
 			}
-			out = append(out, r.delivery(s))
+			out = append(out, r.issueLocked(s))
 			max--
 		}
 		if st.paused && r.resumable(st) {
@@ -779,12 +782,31 @@ type deliveryBox struct {
 	t token
 }
 
-// delivery returns the delivery of s. Its strings (every header value, the
-// position and the ordering key) share one allocation.
-func (r *Receiver) delivery(s *slot) *driver.Delivery {
-	rec := s.rec
+// issueLocked hands s to the runtime once more: a new generation, and the
+// delivery of it with its token set. Its other fields are set by fill once
+// r.mu is released: building them (the header map and the strings) is
+// most of what handing out a record costs, and Acks wait for r.mu. r.mu
+// must be held.
+func (r *Receiver) issueLocked(s *slot) *driver.Delivery {
 	s.gen++
 	s.started = false
+	box := &s.first
+	if s.gen > 1 {
+		box = new(deliveryBox)
+	}
+	box.t = token{s: s, gen: s.gen}
+	box.d = driver.Delivery{Token: &box.t}
+	return &box.d
+}
+
+// fill sets the fields of d, issued by issueLocked, from its record. What
+// it reads (the record, the partition's key, the configuration) never
+// changes once fetched, and nothing else refers to d before it is handed
+// out, so r.mu need not be held. Its strings (every header value, the
+// position and the ordering key) share one allocation.
+func (r *Receiver) fill(d *driver.Delivery) {
+	s := d.Token.(*token).s
+	rec := s.rec
 	var key []byte
 	if r.cfg.ordering == OrderByKey {
 		key = rec.Key
@@ -826,22 +848,20 @@ func (r *Receiver) delivery(s *slot) *driver.Delivery {
 	}
 	att, hasAtt := headers[HeaderAttempts]
 	sv, hasSV := headers[HeaderSchemaVersion]
-	box := &s.first
-	if s.gen > 1 {
-		box = new(deliveryBox)
+	d.Body = rec.Value
+	d.Queue = queue
+	d.Headers = headers
+	d.Native = NativeAttempts(att, hasAtt)
+	d.Gate = Gate(sv, hasSV)
+	d.OrderingKey = ordering
+	d.Position = position
+}
+
+// fillAll fills every delivery of out (fill).
+func (r *Receiver) fillAll(out []*driver.Delivery) {
+	for _, d := range out {
+		r.fill(d)
 	}
-	box.t = token{s: s, gen: s.gen}
-	box.d = driver.Delivery{
-		Body:        rec.Value,
-		Queue:       queue,
-		Headers:     headers,
-		Native:      NativeAttempts(att, hasAtt),
-		Gate:        Gate(sv, hasSV),
-		OrderingKey: ordering,
-		Token:       &box.t,
-		Position:    position,
-	}
-	return &box.d
 }
 
 func tokenOf(d *driver.Delivery) (*token, error) {

@@ -430,8 +430,9 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 			}
 			receive := func(max int) []*driver.Delivery {
 				r.mu.Lock()
-				defer r.mu.Unlock()
 				out, _, _ := r.handOutLocked(time.Now(), max)
+				r.mu.Unlock()
+				r.fillAll(out)
 				return out
 			}
 			revoked, kept := r.state(topicPartition{"t", 0}), r.state(topicPartition{"t", 1})
