@@ -813,14 +813,15 @@ func (r *Receiver) fill(d *driver.Delivery) {
 	}
 	var num [20]byte
 	offset := strconv.AppendInt(num[:0], rec.Offset, 10)
+	hs := rec.Headers
 	size := 2*len(s.part.key) + 2 + len(offset) + len(key)
-	for _, h := range rec.Headers {
-		size += len(h.Value)
+	for i := range hs {
+		size += len(hs[i].Value)
 	}
 	var b strings.Builder
 	b.Grow(size)
-	for _, h := range rec.Headers {
-		b.Write(h.Value)
+	for i := range hs {
+		b.Write(hs[i].Value)
 	}
 	b.WriteString(s.part.key)
 	b.WriteByte('@')
@@ -831,11 +832,25 @@ func (r *Receiver) fill(d *driver.Delivery) {
 		b.Write(key)
 	}
 	all := b.String()
-	headers := make(map[string]string, len(rec.Headers))
+	headers := make(map[string]string, len(hs))
+	// The three headers read here are picked up on the way, not looked up
+	// after; a repeated header counts by its last value, as in the map.
+	var att, sv, orig string
+	var hasAtt, hasSV, hasOrig bool
 	at := 0
-	for _, h := range rec.Headers {
-		headers[h.Key] = all[at : at+len(h.Value)]
+	for i := range hs {
+		h := &hs[i]
+		v := all[at : at+len(h.Value)]
 		at += len(h.Value)
+		headers[h.Key] = v
+		switch h.Key {
+		case HeaderAttempts:
+			att, hasAtt = v, true
+		case HeaderSchemaVersion:
+			sv, hasSV = v, true
+		case HeaderOriginalTopic:
+			orig, hasOrig = v, true
+		}
 	}
 	position := all[at : at+len(s.part.key)+1+len(offset)]
 	ordering := s.part.key
@@ -843,11 +858,9 @@ func (r *Receiver) fill(d *driver.Delivery) {
 		ordering = all[at+len(position):]
 	}
 	queue := rec.Topic
-	if orig, ok := headers[HeaderOriginalTopic]; ok && strings.HasPrefix(rec.Topic, orig+".retry.") {
+	if hasOrig && strings.HasPrefix(rec.Topic, orig+".retry.") {
 		queue = orig
 	}
-	att, hasAtt := headers[HeaderAttempts]
-	sv, hasSV := headers[HeaderSchemaVersion]
 	d.Body = rec.Value
 	d.Queue = queue
 	d.Headers = headers
