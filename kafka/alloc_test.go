@@ -20,11 +20,7 @@ import (
 // position and ordering key, and its header map (the map and its table).
 // The delivery, its token and As need none of their own.
 func TestDeliveryAllocations(t *testing.T) {
-	m := drivertest.SizedMessage(t, testURN, "orders", 512)
-	rec := Project(m, "orders", nil)
-	rec.Topic, rec.Partition, rec.Offset, rec.Key = "orders", 3, 1042, []byte("customer-42")
-	r := &Receiver{cfg: receiverConfig{ordering: OrderByKey}}
-	part := &partState{tp: topicPartition{"orders", 3}, key: "orders/3"}
+	r, part, rec := fetchedRecord(t, 512)
 	var got *kgo.Record
 	allocs := testing.AllocsPerRun(200, func() {
 		d := r.issueLocked(&slot{rec: rec, part: part})

@@ -36,11 +36,7 @@ func BenchmarkReconcile(b *testing.B) {
 // then filling it in (the header map, the strings, the queue, attempts and
 // schema gate), for a record as the Sender projects an envelope, keyed.
 func BenchmarkDelivery(b *testing.B) {
-	m := drivertest.SizedMessage(b, testURN, "orders", 256)
-	rec := Project(m, "orders", nil)
-	rec.Topic, rec.Partition, rec.Offset, rec.Key = "orders", 3, 1042, []byte("customer-42")
-	r := &Receiver{cfg: receiverConfig{ordering: OrderByKey}}
-	part := &partState{tp: topicPartition{"orders", 3}, key: "orders/3"}
+	r, part, rec := fetchedRecord(b, 256)
 	b.ReportAllocs()
 	for b.Loop() {
 		d := r.issueLocked(&slot{rec: rec, part: part})

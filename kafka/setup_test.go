@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -142,4 +143,16 @@ func bareReceiver(cl *kgo.Client, ordering Ordering, maxUncommitted int) *Receiv
 		parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
 	r.cond = sync.NewCond(&r.mu)
 	return r
+}
+
+// fetchedRecord is the record the Sender projects an envelope with a
+// payload of size bytes onto, as fetched keyed at orders[3]@1042, and a
+// Receiver (without a broker, ordering by key) and the partition to hand
+// it out from.
+func fetchedRecord(tb testing.TB, size int) (*Receiver, *partState, *kgo.Record) {
+	m := drivertest.SizedMessage(tb, testURN, "orders", size)
+	rec := Project(m, "orders", nil)
+	rec.Topic, rec.Partition, rec.Offset, rec.Key = "orders", 3, 1042, []byte("customer-42")
+	r := &Receiver{cfg: receiverConfig{ordering: OrderByKey}}
+	return r, &partState{tp: topicPartition{"orders", 3}, key: "orders/3"}, rec
 }
