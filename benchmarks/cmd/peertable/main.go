@@ -41,7 +41,12 @@ var procs = regexp.MustCompile(`-\d+$`)
 
 type key struct{ group, row, unit string }
 
+// hostUnit is BenchmarkHost's metric: the standard library's decode of the
+// envelope, the machine's speed that the rows are read by.
+const hostUnit = "host-stdlib-decode-MB/s"
+
 type table struct {
+	host   []float64           // BenchmarkHost's rates, one a run
 	groups []string            // in input order
 	rows   map[string][]string // group → rows in input order
 	impls  map[string][]string // group → implementations in input order
@@ -57,6 +62,14 @@ func parse(r io.Reader) (*table, error) {
 			continue
 		}
 		parts := strings.Split(procs.ReplaceAllString(strings.TrimPrefix(f[0], "Benchmark"), ""), "/")
+		if parts[0] == "Host" {
+			for i := 2; i+1 < len(f); i += 2 {
+				if v, err := strconv.ParseFloat(f[i], 64); err == nil && f[i+1] == hostUnit {
+					t.host = append(t.host, v)
+				}
+			}
+			continue
+		}
 		if len(parts) < 4 {
 			continue
 		}
@@ -110,6 +123,10 @@ func human(v float64) string {
 }
 
 func (t *table) write(w io.Writer) {
+	if len(t.host) > 0 {
+		fmt.Fprintf(w, "Host: the standard library decodes the envelope at %s MB/s (median of %d; the baseline core's codec benchmarks run beside the codec).\n\n",
+			strconv.FormatFloat(median(t.host), 'f', 1, 64), len(t.host))
+	}
 	for _, g := range t.groups {
 		impls := t.impls[g]
 		if i := slices.Index(impls, ours); i > 0 {

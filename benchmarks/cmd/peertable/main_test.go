@@ -1,0 +1,43 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A run's output becomes the host line and a table of medians, each other
+// implementation's with its ratio to this project's: rates divided one way,
+// times the other.
+func TestTable(t *testing.T) {
+	in := `goos: linux
+BenchmarkHost-2   	       1	 251554409 ns/op	        36.0 host-stdlib-decode-MB/s
+BenchmarkKafka/kfake/consume=10000/handlers=1/babelqueue-2 	 1	 5 ns/op	 60.0 handled-ms	 200000 msgs/s
+BenchmarkKafka/kfake/consume=10000/handlers=1/watermill-2  	 1	 5 ns/op	 180.0 handled-ms	 100000 msgs/s
+BenchmarkHost-2   	       1	 251554409 ns/op	        30.0 host-stdlib-decode-MB/s
+BenchmarkKafka/kfake/consume=10000/handlers=1/babelqueue-2 	 1	 5 ns/op	 40.0 handled-ms	 400000 msgs/s
+BenchmarkKafka/kfake/consume=10000/handlers=1/watermill-2  	 1	 5 ns/op	 120.0 handled-ms	 200000 msgs/s
+BenchmarkHost-2   	       1	 251554409 ns/op	        33.0 host-stdlib-decode-MB/s
+PASS
+`
+	tab, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	tab.write(&out)
+	got := out.String()
+	for _, want := range []string{
+		"Host: the standard library decodes the envelope at 33.0 MB/s (median of 3;",
+		"### Kafka on kfake",
+		"| row | metric | babelqueue | watermill |",
+		"| consume=10000/handlers=1 | msgs/s (higher is better) | 300.0k | 150.0k (2.00×) |",
+		"| consume=10000/handlers=1 | handled-ms (lower is better) | 50.0 | 150 (3.00×) |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "### Host") {
+		t.Errorf("the host line became a table:\n%s", got)
+	}
+}
