@@ -17,37 +17,52 @@ import (
 // worker; a delivery with one joins the lane of its key, whose deliveries
 // run one at a time in receive order, so a key never runs twice at once.
 //
-// Every delivery received and not finished holds a slot: one of pending's,
-// which bound what stops the receive loop, or, for a delivery waiting in a
-// lane behind an earlier one of its key, one of backlog's while it has
-// room (driver.Capabilities.Backlog deliveries, their bodies at most
-// WithBacklogBytes in all). So a slow or stuck key fills the
+// Every delivery received and not finished holds a slot: a pending one (at
+// most limit of them, which bound what stops the receive loop), or, for a
+// delivery waiting in a lane behind an earlier one of its key, a backlog
+// one while there is room (driver.Capabilities.Backlog deliveries, their
+// bodies at most WithBacklogBytes in all). So a slow or stuck key fills the
 // backlog, not the slots the other keys run on. When a lane's next delivery
-// moves up, the one just finished passes its pending slot on to it. work
+// moves up, the one just finished passes its pending slot on to it. queue
 // holds the deliveries (and lane heads) no worker has taken yet; each holds
-// a pending slot, so work is never fuller than pending.
+// a pending slot, so queue never holds more than limit.
+//
+// One mutex guards all of it: handing a delivery over takes it once, and a
+// worker takes it once between two deliveries (to finish one and take the
+// next), where channels for the slots and the queue took four locks.
+// An idle worker is woken only for a queued delivery no other worker is
+// already on its way to take, and a worker is started only when none is
+// idle: handlers that keep up leave the rest of the pool asleep.
 type dispatcher struct {
-	c        *Consumer
-	ctx      context.Context // Run's: cancelled at shutdown
-	hctx     context.Context // handlers': cancelled after the shutdown timeout
-	handlers map[string]HandlerFunc
-	sup      driver.Superseder // nil when the receiver supersedes nothing
-	pending  chan struct{}
-	backlog  chan struct{} // nil when the receiver allows none
-	maxBytes int           // of the bodies holding backlog slots
-	work     chan *driver.Delivery
-	size     int // workers the pool may start
-	wg       sync.WaitGroup
+	c          *Consumer
+	ctx        context.Context // Run's: cancelled at shutdown
+	hctx       context.Context // handlers': cancelled after the shutdown timeout
+	handlers   map[string]HandlerFunc
+	sup        driver.Superseder // nil when the receiver supersedes nothing
+	size       int               // workers the pool may start
+	limit      int               // pending slots
+	maxBacklog int               // backlog slots; 0 when the receiver allows none
+	maxBytes   int               // of the bodies holding backlog slots
+	space      chan struct{}     // a pending slot came free while dispatch waited for one
+	wg         sync.WaitGroup
 
-	mu      sync.Mutex
-	lanes   map[string]*lane
-	bytes   int  // of the bodies holding backlog slots
-	workers int  // started so far; they run until work is closed
-	closed  bool // work is closed
+	mu       sync.Mutex
+	idle     sync.Cond // idle workers wait on it, with mu
+	queue    ring
+	lanes    map[string]*lane
+	pending  int  // pending slots held
+	backlog  int  // backlog slots held
+	bytes    int  // of the bodies holding backlog slots
+	full     bool // dispatch waits for a pending slot (space)
+	workers  int  // started so far; they run until the dispatcher closes
+	waiting  int  // workers waiting on idle
+	woken    int  // of them, signalled and not yet running
+	starting int  // workers started and not yet running
+	closed   bool
 }
 
 // lane is the deliveries of one key waiting behind the one that runs (or
-// waits in work).
+// waits in the queue).
 type lane struct{ queue []waiting }
 
 // waiting is a delivery in a lane, and whether it holds a backlog slot
@@ -57,17 +72,38 @@ type waiting struct {
 	backlog bool
 }
 
+// ring is a fixed-size FIFO of deliveries.
+type ring struct {
+	buf     []*driver.Delivery
+	head, n int
+}
+
+func (r *ring) push(d *driver.Delivery) {
+	r.buf[(r.head+r.n)%len(r.buf)] = d
+	r.n++
+}
+
+func (r *ring) pop() *driver.Delivery {
+	d := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	return d
+}
+
 func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]HandlerFunc) *dispatcher {
-	pending := max(2*c.batch, 2*c.concurrency)
+	limit := max(2*c.batch, 2*c.concurrency)
 	d := &dispatcher{
 		c: c, ctx: ctx, hctx: hctx, handlers: handlers,
-		pending: make(chan struct{}, pending),
-		work:    make(chan *driver.Delivery, pending),
-		size:    c.concurrency,
-		lanes:   map[string]*lane{},
+		size:  c.concurrency,
+		limit: limit,
+		space: make(chan struct{}, 1),
+		queue: ring{buf: make([]*driver.Delivery, limit)},
+		lanes: map[string]*lane{},
 	}
+	d.idle.L = &d.mu
 	if n := c.caps.Backlog; n > 0 && c.backlogBytes > 0 {
-		d.backlog = make(chan struct{}, n)
+		d.maxBacklog = n
 		d.maxBytes = c.backlogBytes
 	}
 	d.sup, _ = c.rcv.(driver.Superseder)
@@ -77,119 +113,150 @@ func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]H
 // dispatch hands del over; it blocks while too much is pending, and returns
 // false if ctx ended first (del is not taken).
 func (d *dispatcher) dispatch(del *driver.Delivery) bool {
-	select {
-	case d.pending <- struct{}{}:
-	case <-d.ctx.Done():
-		return false
-	}
 	d.mu.Lock()
+	for d.pending >= d.limit {
+		d.full = true
+		d.mu.Unlock()
+		select {
+		case <-d.space:
+		case <-d.ctx.Done():
+			return false
+		}
+		d.mu.Lock()
+	}
+	defer d.mu.Unlock()
+	d.pending++
 	if key := del.OrderingKey; key != "" {
 		if l, ok := d.lanes[key]; ok {
 			w := waiting{del: del}
-			if len(del.Body) <= d.maxBytes-d.bytes {
-				select {
-				case d.backlog <- struct{}{}: // never ready when backlog is nil
-					w.backlog = true
-					d.bytes += len(del.Body)
-					<-d.pending
-				default:
-				}
+			if d.backlog < d.maxBacklog && len(del.Body) <= d.maxBytes-d.bytes {
+				w.backlog = true
+				d.backlog++
+				d.bytes += len(del.Body)
+				d.pending-- // no one to wake: dispatch is the only one waiting for it
 			}
 			l.queue = append(l.queue, w)
-			d.mu.Unlock()
 			return true
 		}
 		d.lanes[key] = &lane{}
 	}
-	if d.workers < d.size {
+	d.queue.push(del)
+	// A worker for it: an idle one woken, or a new one while the pool may
+	// grow, unless enough are on their way to take what is queued.
+	switch {
+	case d.queue.n <= d.woken+d.starting:
+	case d.waiting > d.woken:
+		d.woken++
+		d.idle.Signal()
+	case d.workers < d.size:
 		slot := &d.c.health.workers[d.workers]
 		d.workers++
+		d.starting++
 		d.wg.Add(1)
 		go d.worker(slot)
 	}
-	d.mu.Unlock()
-	d.work <- del // never blocks: work has room for everything pending
 	return true
 }
 
 // close ends the pool once the receive loop has stopped. The deliveries no
 // worker has started are given back here and now, before the shutdown
 // timeout starts to run, rather than one by one behind the handlers still
-// running; the workers finish what they hold and then stop. (The backlog's
-// bytes are left as they are: nothing is dispatched after close.)
+// running; the workers finish what they hold and then stop. (Nothing is
+// dispatched after close, so the slots of what it gives back are left
+// as they are.)
 func (d *dispatcher) close() {
 	d.mu.Lock()
 	d.closed = true
-	close(d.work)
-	var unstarted []waiting
+	var unstarted []*driver.Delivery
+	for d.queue.n > 0 {
+		unstarted = append(unstarted, d.queue.pop())
+	}
 	for _, l := range d.lanes {
-		unstarted = append(unstarted, l.queue...)
+		for _, w := range l.queue {
+			unstarted = append(unstarted, w.del)
+		}
 		clear(l.queue)
 		l.queue = l.queue[:0]
 	}
+	d.idle.Broadcast()
 	d.mu.Unlock()
-	for del := range d.work {
-		unstarted = append(unstarted, waiting{del: del})
-	}
-	for _, w := range unstarted {
-		d.giveBack(w.del)
-		d.free(w.backlog)
+	for _, del := range unstarted {
+		d.giveBack(del)
 	}
 }
 
-// free gives up a slot: a backlog one, or one of pending's.
-func (d *dispatcher) free(backlog bool) {
-	if backlog {
-		<-d.backlog
-	} else {
-		<-d.pending
-	}
-}
-
-// worker runs deliveries until work is closed; slot is its health slot.
+// worker runs deliveries until the dispatcher closes; slot is its health
+// slot.
 func (d *dispatcher) worker(slot *workerSlot) {
 	defer d.wg.Done()
-	for del := range d.work {
-		for del != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.starting--
+	for {
+		for d.queue.n == 0 && !d.closed {
+			d.waiting++
+			d.idle.Wait()
+			d.waiting--
+			if d.woken > 0 { // Broadcast (close) wakes the unsignalled too
+				d.woken--
+			}
+		}
+		if d.queue.n == 0 {
+			return
+		}
+		for del := d.queue.pop(); del != nil; del = d.nextLocked(del.OrderingKey) {
+			d.mu.Unlock()
 			d.handle(del, slot)
-			del = d.next(del.OrderingKey)
+			d.mu.Lock()
 		}
 	}
 }
 
-// next is what the worker that just handled a delivery of key runs next:
-// the lane's following delivery while nothing else waits, or nil. With
-// other work queued, the lane's next delivery goes to the back of the queue
-// instead, so lanes take turns in receive order (one handler runs the
-// partition in the order it came) and a busy key cannot starve the others.
-// The lane is removed once empty. The delivery just handled gives its
-// pending slot to the lane's next one, which frees the slot it held, or
-// gives it up when there is none.
-func (d *dispatcher) next(key string) *driver.Delivery {
-	if key == "" {
-		<-d.pending
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	l := d.lanes[key]
-	if len(l.queue) == 0 {
+// nextLocked is what the worker that just handled a delivery of key runs
+// next: the lane's following delivery while nothing else is queued, or nil
+// (it takes the queue's next). With other deliveries queued, the lane's
+// next one goes to the back of the queue instead, so lanes take turns in
+// receive order (one handler runs the partition in the order it came) and a
+// busy key cannot starve the others. The lane is removed once empty. The
+// delivery just handled gives its pending slot to the lane's next one,
+// which frees the slot it held, or gives it up when there is none. d.mu
+// must be held.
+func (d *dispatcher) nextLocked(key string) *driver.Delivery {
+	if key != "" {
+		l := d.lanes[key]
+		if len(l.queue) > 0 {
+			w := l.queue[0]
+			l.queue[0] = waiting{}
+			l.queue = l.queue[1:]
+			if w.backlog {
+				d.backlog--
+				d.bytes -= len(w.del.Body)
+			} else {
+				d.freeLocked()
+			}
+			if d.queue.n == 0 {
+				return w.del
+			}
+			d.queue.push(w.del) // room: it holds a pending slot
+			return nil
+		}
 		delete(d.lanes, key)
-		<-d.pending
-		return nil
 	}
-	w := l.queue[0]
-	l.queue[0] = waiting{}
-	l.queue = l.queue[1:]
-	if w.backlog {
-		d.bytes -= len(w.del.Body)
-	}
-	d.free(w.backlog)
-	if d.closed || len(d.work) == 0 {
-		return w.del
-	}
-	d.work <- w.del // never blocks (it holds one of pending's slots), nor races close (d.mu)
+	d.freeLocked()
 	return nil
+}
+
+// freeLocked gives up a pending slot, and wakes dispatch if it waits for
+// one. d.mu must be held.
+func (d *dispatcher) freeLocked() {
+	d.pending--
+	if d.full {
+		d.full = false
+		select {
+		case d.space <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // handle processes one delivery, or gives it back when shutdown began

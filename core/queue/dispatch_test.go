@@ -213,6 +213,49 @@ func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
 	}
 }
 
+// TestShutdownWhileDispatchWaits fills the dispatcher: one slow handler
+// and a batch of 4 (8 pending at most) against 40 deliveries, so the
+// receive loop waits for a free slot with a batch in hand when shutdown
+// begins. Every delivery is handled, given back, or never received: none
+// is lost, and none is given back twice.
+func TestShutdownWhileDispatchWaits(t *testing.T) {
+	d := &returnDriver{}
+	d.queue = halfKeyed(40)
+	started := make(chan struct{}, 40)
+	var startedN atomic.Int64
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(4),
+		queue.WithShutdownTimeout(time.Second), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(ctx context.Context, _ *queue.Message) error {
+		startedN.Add(1)
+		started <- struct{}{}
+		time.Sleep(30 * time.Millisecond)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	<-started
+	<-started                         // a slot came free, and the loop filled it
+	time.Sleep(10 * time.Millisecond) // and waits again
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	left := len(d.queue)
+	d.mu.Unlock()
+	handled, acked, returned := int(startedN.Load()), int(d.acked.Load()), int(d.returned.Load())
+	if got := handled + returned + left; got != 40 {
+		t.Fatalf("%d started + %d returned + %d never received = %d, want 40", handled, returned, left, got)
+	}
+	if acked != handled {
+		t.Errorf("%d handled, %d acknowledged", handled, acked)
+	}
+	if received := 40 - left; received <= 8 {
+		t.Errorf("only %d received: the receive loop never waited for a slot", received)
+	}
+}
+
 // closingDriver is a returnDriver whose receiver closes once its script
 // is handed out and closeNow is closed, as a driver closed under a running
 // consumer does.
@@ -445,5 +488,75 @@ func TestAsyncAcks(t *testing.T) {
 	var se *queue.SettleError
 	if len(settleErrs) != 1 || !errors.As(settleErrs[0], &se) || se.Op != "ack" {
 		t.Errorf("settle errors = %v, want one ack SettleError", settleErrs)
+	}
+}
+
+// lockstepDriver hands out one delivery a Receive, and the next only once
+// the one before it is acked: a trickle that one handler keeps up with.
+type lockstepDriver struct {
+	scriptDriver
+	acked chan struct{}
+}
+
+func (d *lockstepDriver) Receive(ctx context.Context, _ int) ([]*driver.Delivery, error) {
+	select {
+	case <-d.acked:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return d.scriptDriver.Receive(ctx, 1)
+}
+
+func (d *lockstepDriver) Ack(context.Context, *driver.Delivery) error {
+	d.acked <- struct{}{}
+	return nil
+}
+
+// TestPoolGrowsOnlyWhenBusy runs a trickle that one handler keeps up with
+// on a pool of 8: the pool starts no worker while one is idle, so it runs
+// on about as many goroutines as a pool of 1. (A delivery dispatched while
+// the worker that acked the one before has not yet gone idle starts a
+// second worker; the race detector's slower scheduling makes that happen
+// in a run now and then. A pool that starts a worker a delivery runs on 7
+// more.)
+func TestPoolGrowsOnlyWhenBusy(t *testing.T) {
+	peak := func(concurrency int) int {
+		const n = 40
+		d := &lockstepDriver{acked: make(chan struct{}, 1)}
+		d.acked <- struct{}{}
+		for i := range n {
+			e, _ := core.New("urn:babel:orders:created", map[string]any{"seq": i}, core.WithQueue("orders"))
+			body, _ := e.Encode()
+			d.queue = append(d.queue, &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}})
+		}
+		var peakG, handled atomic.Int64
+		allDone := make(chan struct{})
+		c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithLogger(slog.New(slog.DiscardHandler)))
+		c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error {
+			if g := int64(runtime.NumGoroutine()); g > peakG.Load() {
+				peakG.Store(g)
+			}
+			if handled.Add(1) == n {
+				close(allDone)
+			}
+			return nil
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- c.Run(ctx) }()
+		select {
+		case <-allDone:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("concurrency %d: handled %d of %d", concurrency, handled.Load(), n)
+		}
+		cancel()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		return int(peakG.Load())
+	}
+	one, eight := peak(1), peak(8)
+	if eight > one+2 {
+		t.Errorf("a trickle ran on %d goroutines with 8 handlers, %d with one: the pool grew while a worker was idle", eight, one)
 	}
 }
