@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,4 +215,42 @@ func BenchmarkReceiverTrickle(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSettleParallel is what a handler asks of the Receiver for each
+// delivery, without a broker: Superseded before it starts and Ack after,
+// from handlers on every core at once, over deliveries of 8 partitions and
+// 64 keys handed out beforehand.
+func BenchmarkSettleParallel(b *testing.B) {
+	r := bareReceiver(offlineClient(b), OrderByKey, math.MaxInt)
+	n := b.N
+	var recs [8][]*kgo.Record
+	for i := range n {
+		p := i % 8
+		recs[p] = append(recs[p], &kgo.Record{Topic: "orders", Partition: int32(p), Offset: int64(i / 8), Key: []byte("k" + strconv.Itoa(i%64))})
+	}
+	r.mu.Lock()
+	for p := range recs {
+		r.fetchedLocked(r.state(topicPartition{"orders", int32(p)}), recs[p], int64(len(recs[p])))
+	}
+	out, _, _ := r.handOutLocked(time.Now(), n)
+	r.mu.Unlock()
+	r.fillAll(out)
+	var next atomic.Int64
+	ctx := context.Background()
+	b.SetParallelism(4) // 4 handlers a core
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d := out[next.Add(1)-1]
+			if r.Superseded(d) {
+				b.Error("a live delivery reported superseded")
+				return
+			}
+			if err := r.Ack(ctx, d); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

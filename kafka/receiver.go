@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/babelqueue/transports/core"
@@ -81,9 +82,9 @@ type Receiver struct {
 	closed     bool
 	killed     bool
 	warned     time.Time // last fetch warning, for rate limiting
-	// startsKnown: Superseded has been asked, so slot.started tells which
-	// deliveries the runtime has started (see finish).
-	startsKnown bool
+	// startsKnown: Superseded has been asked, so a slot's started flag
+	// tells which deliveries the runtime has started (see finish).
+	startsKnown atomic.Bool
 
 	stopCommits chan struct{}
 	stopOnce    sync.Once
@@ -143,20 +144,36 @@ type mark struct {
 type slot struct {
 	rec  *kgo.Record
 	part *partState
-	gen  uint32 // bumped each time it is handed to the runtime
-	// started: the runtime began handling the delivery of this gen (it
-	// asked Superseded, which answered no). A revoke waits only for
-	// started slots; the others are superseded at once.
-	started bool
-	done    bool // settled
-	gone    bool // its partition was revoked or lost
-	held    bool // waiting for its bq-delay; not handed to the runtime yet
-	back    bool // handed back (Release); waiting in the backlog
+	// state is the slot's generation, bumped each time it is handed to
+	// the runtime (the upper 32 bits), and its flags: slotGone, slotBack
+	// and slotStarted. It changes under r.mu, by atomic operations, but
+	// for Superseded setting slotStarted, which takes no lock: the
+	// runtime asks it once a delivery, from every handler at once.
+	state atomic.Uint64
+	done  bool // settled
+	held  bool // waiting for its bq-delay; not handed to the runtime yet
 	// first is the box of the slot's first delivery, allocated with it; a
 	// delivery handed out again gets a box of its own, so that the token
 	// of an earlier one never changes under its holder.
 	first deliveryBox
 }
+
+// The flags of slot.state.
+const (
+	// slotGone: its partition was revoked or lost.
+	slotGone = 1 << iota
+	// slotBack: handed back (Release); waiting in the backlog.
+	slotBack
+	// slotStarted: the runtime began handling the delivery of this
+	// generation (it asked Superseded, which answered no). A revoke waits
+	// only for started slots; the others are superseded at once.
+	slotStarted
+)
+
+func (s *slot) gone() bool        { return s.state.Load()&slotGone != 0 }
+func (s *slot) back() bool        { return s.state.Load()&slotBack != 0 }
+func (s *slot) set(flag uint64)   { s.state.Or(flag) }
+func (s *slot) unset(flag uint64) { s.state.And(^flag) }
 
 // token is a delivery's handle: the slot as it was handed out. A slot
 // handed out again makes the earlier tokens superseded.
@@ -165,7 +182,13 @@ type token struct {
 	gen uint32
 }
 
-func (t *token) superseded() bool { return t.s.gone || t.s.back || t.s.gen != t.gen }
+func (t *token) superseded() bool { return supersedes(t.s.state.Load(), t.gen) }
+
+// supersedes reports whether a slot in state supersedes its delivery of
+// generation gen.
+func supersedes(state uint64, gen uint32) bool {
+	return state&(slotGone|slotBack) != 0 || uint32(state>>32) != gen
+}
 
 // As serves driver.Delivery.As: target, a **kgo.Record, is set to the
 // delivery's record.
@@ -527,7 +550,7 @@ func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([
 		switch {
 		case len(st.backlog) > 0 && (r.cfg.ordering == OrderByPartition || st.backKeys[string(rec.Key)] > 0):
 			k := r.laneKey(s)
-			s.back = true // behind what its lane handed back
+			s.set(slotBack) // behind what its lane handed back
 			st.backlog = append(st.backlog, s)
 			st.backKeys[k]++
 		case delayed && due.After(now):
@@ -572,7 +595,7 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 	for n < len(r.readyHeld) && max > 0 {
 		s := r.readyHeld[n]
 		n++
-		if s.gone || !s.held || s.part.dropped {
+		if s.gone() || !s.held || s.part.dropped {
 			continue
 		}
 		s.held = false
@@ -598,8 +621,8 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 			} else {
 				delete(st.backKeys, k)
 			}
-			s.back = false
-			if s.gone || s.done {
+			s.unset(slotBack)
+			if s.gone() || s.done {
 				continue
 			}
 			if due, ok := heldUntil(s.rec); ok && due.After(now) {
@@ -686,7 +709,7 @@ func (r *Receiver) holdLocked(s *slot, d time.Duration) {
 	s.part.held++
 	time.AfterFunc(d, func() {
 		r.mu.Lock()
-		if !s.gone && s.held {
+		if !s.gone() && s.held {
 			r.readyHeld = append(r.readyHeld, s)
 			r.wakeLocked()
 		}
@@ -788,15 +811,26 @@ type deliveryBox struct {
 // most of what handing out a record costs, and Acks wait for r.mu. r.mu
 // must be held.
 func (r *Receiver) issueLocked(s *slot) *driver.Delivery {
-	s.gen++
-	s.started = false
+	gen := r.bumpLocked(s)
 	box := &s.first
-	if s.gen > 1 {
+	if gen > 1 {
 		box = new(deliveryBox)
 	}
-	box.t = token{s: s, gen: s.gen}
+	box.t = token{s: s, gen: gen}
 	box.d = driver.Delivery{Token: &box.t}
 	return &box.d
+}
+
+// bumpLocked starts s's next generation, not started, and returns it: the
+// deliveries handed out before are superseded. r.mu must be held.
+func (r *Receiver) bumpLocked(s *slot) uint32 {
+	for {
+		old := s.state.Load()
+		gen := uint32(old>>32) + 1
+		if s.state.CompareAndSwap(old, uint64(gen)<<32|old&(slotGone|slotBack)) {
+			return gen
+		}
+	}
 }
 
 // fill sets the fields of d, issued by issueLocked, from its record. What
@@ -925,14 +959,23 @@ func (r *Receiver) Superseded(d *driver.Delivery) bool {
 	if err != nil {
 		return false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t.superseded() {
-		return true
+	if !r.startsKnown.Load() {
+		r.startsKnown.Store(true)
 	}
-	t.s.started = true
-	r.startsKnown = true
-	return false
+	// No lock: a revoke marks the slots not started gone (finish) and a
+	// Release or a new generation supersedes the delivery, each by an
+	// atomic change of the state this compares and swaps, so either the
+	// delivery is started first, and they see it, or it is superseded
+	// first, and this sees it.
+	for {
+		st := t.s.state.Load()
+		if supersedes(st, t.gen) {
+			return true
+		}
+		if st&slotStarted != 0 || t.s.state.CompareAndSwap(st, st|slotStarted) {
+			return false
+		}
+	}
 }
 
 // Ack implements driver.Receiver: the record's offset becomes committable
@@ -1014,10 +1057,10 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 	lane := r.laneKey(s)
 	for _, m := range st.inflight[max(st.find(s), 0):] {
 		x := m.s
-		if x == nil || x.held || x.done || x.back || r.laneKey(x) != lane {
+		if x == nil || x.held || x.done || x.back() || r.laneKey(x) != lane {
 			continue
 		}
-		x.back = true
+		x.set(slotBack)
 		st.backlog = append(st.backlog, x)
 		st.backKeys[lane]++
 	}
@@ -1222,10 +1265,16 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	// (A caller that never asks Superseded, using the Receiver on its own,
 	// starts nothing that the Receiver knows of: all it holds is waited
 	// for.)
-	if r.startsKnown {
+	if r.startsKnown.Load() {
 		r.forEachSlotLocked(parts, func(s *slot) {
-			if !s.started && !s.done {
-				s.gone = true
+			if s.done {
+				return
+			}
+			for { // a Superseded may start it meanwhile
+				st := s.state.Load()
+				if st&slotStarted != 0 || s.state.CompareAndSwap(st, st|slotGone) {
+					return
+				}
 			}
 		})
 	}
@@ -1236,7 +1285,7 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 	if commit && !r.killed {
 		offsets = r.dirtyLocked(parts)
 	}
-	r.forEachSlotLocked(parts, func(s *slot) { s.gone = true })
+	r.forEachSlotLocked(parts, func(s *slot) { s.set(slotGone) })
 	var paused []topicPartition
 	r.forEachStateLocked(parts, func(st *partState) {
 		if st.paused {
@@ -1284,7 +1333,7 @@ func (r *Receiver) forEachSlotLocked(parts map[string][]int32, fn func(*slot)) {
 func (r *Receiver) busyLocked(parts map[string][]int32) bool {
 	busy := false
 	r.forEachSlotLocked(parts, func(s *slot) {
-		busy = busy || !s.done && !s.gone && !s.held && !s.back
+		busy = busy || !s.done && !s.held && s.state.Load()&(slotGone|slotBack) == 0
 	})
 	return busy
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -470,7 +471,7 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 			drivertest.WaitUntil(t, 10*time.Second, "the retry copy's delay passing", func() bool {
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				return len(r.readyHeld) > 0 || held.gone // gone: it will never be ready
+				return len(r.readyHeld) > 0 || held.gone() // gone: it will never be ready
 			})
 			r.mu.Lock()
 			r.fetchedLocked(kept, records(1, 5), 5)
@@ -509,6 +510,75 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Superseded takes no lock, so a revoke and the handlers asking it race:
+// every delivery Superseded lets start is waited for by the revoke until
+// it is settled, and every one the revoke gave up is reported superseded.
+// Handlers ask for 200 deliveries, and the revoke begins once 20 have.
+func TestSupersededRacesRevoke(t *testing.T) {
+	const n = 200
+	r := bareReceiver(offlineClient(t), OrderByKey, 1000)
+	st := r.state(topicPartition{"t", 0})
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: "t", Offset: int64(i), Key: []byte("k" + strconv.Itoa(i))})
+	}
+	r.mu.Lock()
+	r.fetchedLocked(st, recs, n)
+	out, _, _ := r.handOutLocked(time.Now(), n)
+	r.mu.Unlock()
+	r.fillAll(out)
+	if len(out) != n {
+		t.Fatalf("handed out %d, want %d", len(out), n)
+	}
+	ctx := context.Background()
+	var finished atomic.Bool
+	var asked, started atomic.Int64
+	skipped := make([]bool, n)
+	var wg sync.WaitGroup
+	for i, d := range out {
+		wg.Go(func() {
+			sup := r.Superseded(d)
+			asked.Add(1)
+			if sup {
+				skipped[i] = true
+				return
+			}
+			started.Add(1)
+			time.Sleep(time.Millisecond)
+			if finished.Load() {
+				t.Errorf("offset %d: the revoke ended before a delivery it let start was settled", i)
+			}
+			if err := r.Ack(ctx, d); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for asked.Load() < 20 {
+			runtime.Gosched()
+		}
+		r.finish(ctx, map[string][]int32{"t": {0}}, 30*time.Second, false)
+		finished.Store(true)
+	}()
+	wg.Wait()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoke still waits with every started delivery settled")
+	}
+	for i, d := range out {
+		if skipped[i] && !r.Superseded(d) {
+			t.Errorf("offset %d: superseded once, then not", i)
+		}
+	}
+	if started.Load() < 20 {
+		t.Errorf("%d deliveries started before the revoke, want at least 20", started.Load())
+	}
+	t.Logf("%d started, %d superseded", started.Load(), int64(n)-started.Load())
 }
 
 // A bq-delay too large for a time.Duration holds the record for the longest
@@ -586,7 +656,8 @@ func TestBacklogKeysAreForgotten(t *testing.T) {
 		parts: map[topicPartition]*partState{}}
 	st := r.state(topicPartition{"t", 0})
 	for i := range 500 {
-		s := &slot{rec: &kgo.Record{Topic: "t", Offset: int64(i), Key: []byte("key-" + strconv.Itoa(i%250))}, part: st, back: true}
+		s := &slot{rec: &kgo.Record{Topic: "t", Offset: int64(i), Key: []byte("key-" + strconv.Itoa(i%250))}, part: st}
+		s.set(slotBack)
 		st.insert(s)
 		st.backlog = append(st.backlog, s)
 		st.backKeys[r.laneKey(s)]++
@@ -611,7 +682,8 @@ func TestBacklogsTakeTurns(t *testing.T) {
 	for p := range int32(parts) {
 		st := r.state(topicPartition{"t", p})
 		for i := range each {
-			s := &slot{rec: &kgo.Record{Topic: "t", Partition: p, Offset: int64(i)}, part: st, back: true}
+			s := &slot{rec: &kgo.Record{Topic: "t", Partition: p, Offset: int64(i)}, part: st}
+			s.set(slotBack)
 			st.insert(s)
 			st.backlog = append(st.backlog, s)
 			st.backKeys[r.laneKey(s)]++
