@@ -986,6 +986,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now() // read before the lock: every handler's Ack waits for it
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := t.s
@@ -1009,7 +1010,9 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 		if was >= r.cfg.maxUncommitted && st.paused && r.resumable(st) {
 			r.wakeLocked() // the commit caught up: the poll in progress ends, the next resumes the partition
 		}
-		r.lastAck = time.Now()
+		if now.After(r.lastAck) { // an Ack that waited for the lock may have read the clock first
+			r.lastAck = now
+		}
 		if !r.quietArmed {
 			r.quietArmed = true
 			select {

@@ -55,7 +55,7 @@ type dispatcher struct {
 	bytes    int  // of the bodies holding backlog slots
 	full     bool // dispatch waits for a pending slot (space)
 	workers  int  // started so far; they run until the dispatcher closes
-	waiting  int  // workers waiting on idle
+	asleep   int  // workers waiting on idle
 	woken    int  // of them, signalled and not yet running
 	starting int  // workers started and not yet running
 	closed   bool
@@ -145,7 +145,7 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 	// grow, unless enough are on their way to take what is queued.
 	switch {
 	case d.queue.n <= d.woken+d.starting:
-	case d.waiting > d.woken:
+	case d.asleep > d.woken:
 		d.woken++
 		d.idle.Signal()
 	case d.workers < d.size:
@@ -194,9 +194,9 @@ func (d *dispatcher) worker(slot *workerSlot) {
 	d.starting--
 	for {
 		for d.queue.n == 0 && !d.closed {
-			d.waiting++
+			d.asleep++
 			d.idle.Wait()
-			d.waiting--
+			d.asleep--
 			if d.woken > 0 { // Broadcast (close) wakes the unsignalled too
 				d.woken--
 			}
