@@ -177,38 +177,52 @@ func halfKeyed(n int) []*driver.Delivery {
 	return out
 }
 
-// TestShutdownGivesBackUnstartedAtOnce: at shutdown the deliveries the pool
-// holds but has not started are all handed back, on keyed lanes and off
-// them, without waiting for a worker and within Run: a slow handler and a
-// short shutdown timeout lose none of them.
-func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
+// shutdownMidRun runs 40 deliveries, every other one keyed, on one handler
+// that takes work each, receiving batch at a time, and shuts down (with
+// timeout for the handlers) once starts handlers have started and settle
+// has passed. Every delivery must be handled, given back or never
+// received; it returns how many were handled, acknowledged and given back.
+func shutdownMidRun(t *testing.T, batch int, timeout, work time.Duration, starts int, settle time.Duration) (handled, acked, returned int) {
+	t.Helper()
+	const total = 40
 	d := &returnDriver{}
-	d.queue = halfKeyed(40)
-	started := make(chan struct{}, 40)
+	d.queue = halfKeyed(total)
+	started := make(chan struct{}, total)
 	var startedN atomic.Int64
-	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(20),
-		queue.WithShutdownTimeout(50*time.Millisecond), queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(batch),
+		queue.WithShutdownTimeout(timeout), queue.WithLogger(slog.New(slog.DiscardHandler)))
 	c.Handle("urn:babel:orders:created", func(ctx context.Context, _ *queue.Message) error {
 		startedN.Add(1)
 		started <- struct{}{}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(work)
 		return nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- c.Run(ctx) }()
-	<-started
-	time.Sleep(20 * time.Millisecond) // let the receive loop fill the window
+	for range starts {
+		<-started
+	}
+	time.Sleep(settle)
 	cancel()
 	<-errc
 	d.mu.Lock()
 	left := len(d.queue)
 	d.mu.Unlock()
-	handled, returned := int(startedN.Load()), int(d.returned.Load())
-	if got := handled + returned + left; got != 40 {
-		t.Fatalf("%d started + %d returned + %d never received = %d, want 40", handled, returned, left, got)
+	handled, acked, returned = int(startedN.Load()), int(d.acked.Load()), int(d.returned.Load())
+	if got := handled + returned + left; got != total {
+		t.Fatalf("%d started + %d returned + %d never received = %d, want %d", handled, returned, left, got, total)
 	}
-	if returned == 0 {
+	return handled, acked, returned
+}
+
+// TestShutdownGivesBackUnstartedAtOnce: at shutdown the deliveries the pool
+// holds but has not started are all handed back, on keyed lanes and off
+// them, without waiting for a worker and within Run: a slow handler and a
+// short shutdown timeout lose none of them.
+func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
+	// The receive loop fills the window (40) while the first runs.
+	if _, _, returned := shutdownMidRun(t, 20, 50*time.Millisecond, 300*time.Millisecond, 1, 20*time.Millisecond); returned == 0 {
 		t.Fatal("nothing was given back")
 	}
 }
@@ -219,39 +233,12 @@ func TestShutdownGivesBackUnstartedAtOnce(t *testing.T) {
 // begins. Every delivery is handled, given back, or never received: none
 // is lost, and none is given back twice.
 func TestShutdownWhileDispatchWaits(t *testing.T) {
-	d := &returnDriver{}
-	d.queue = halfKeyed(40)
-	started := make(chan struct{}, 40)
-	var startedN atomic.Int64
-	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(4),
-		queue.WithShutdownTimeout(time.Second), queue.WithLogger(slog.New(slog.DiscardHandler)))
-	c.Handle("urn:babel:orders:created", func(ctx context.Context, _ *queue.Message) error {
-		startedN.Add(1)
-		started <- struct{}{}
-		time.Sleep(30 * time.Millisecond)
-		return nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(ctx) }()
-	<-started
-	<-started                         // a slot came free, and the loop filled it
-	time.Sleep(10 * time.Millisecond) // and waits again
-	cancel()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	d.mu.Lock()
-	left := len(d.queue)
-	d.mu.Unlock()
-	handled, acked, returned := int(startedN.Load()), int(d.acked.Load()), int(d.returned.Load())
-	if got := handled + returned + left; got != 40 {
-		t.Fatalf("%d started + %d returned + %d never received = %d, want 40", handled, returned, left, got)
-	}
+	// Two started: a slot came free, and the loop filled it and waits again.
+	handled, acked, returned := shutdownMidRun(t, 4, time.Second, 30*time.Millisecond, 2, 10*time.Millisecond)
 	if acked != handled {
 		t.Errorf("%d handled, %d acknowledged", handled, acked)
 	}
-	if received := 40 - left; received <= 8 {
+	if received := handled + returned; received <= 8 {
 		t.Errorf("only %d received: the receive loop never waited for a slot", received)
 	}
 }
