@@ -517,27 +517,15 @@ func TestPoolGrowsOnlyWhenBusy(t *testing.T) {
 			d.queue = append(d.queue, &driver.Delivery{Body: body, Queue: "orders", Native: core.NativeAttempts{Known: true}})
 		}
 		var peakG, handled atomic.Int64
-		allDone := make(chan struct{})
 		c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithLogger(slog.New(slog.DiscardHandler)))
 		c.Handle("urn:babel:orders:created", func(context.Context, *queue.Message) error {
 			if g := int64(runtime.NumGoroutine()); g > peakG.Load() {
 				peakG.Store(g)
 			}
-			if handled.Add(1) == n {
-				close(allDone)
-			}
+			handled.Add(1)
 			return nil
 		})
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- c.Run(ctx) }()
-		select {
-		case <-allDone:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("concurrency %d: handled %d of %d", concurrency, handled.Load(), n)
-		}
-		cancel()
-		if err := <-errc; err != nil {
+		if err := run(t, c, func() bool { return handled.Load() == n }); err != nil {
 			t.Fatal(err)
 		}
 		return int(peakG.Load())
