@@ -190,7 +190,6 @@ func (d *dispatcher) close() {
 func (d *dispatcher) worker(slot *workerSlot) {
 	defer d.wg.Done()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.starting--
 	for {
 		for d.queue.n == 0 && !d.closed {
@@ -202,6 +201,7 @@ func (d *dispatcher) worker(slot *workerSlot) {
 			}
 		}
 		if d.queue.n == 0 {
+			d.mu.Unlock()
 			return
 		}
 		for del := d.queue.pop(); del != nil; del = d.nextLocked(del.OrderingKey) {
