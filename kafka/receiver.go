@@ -621,11 +621,16 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 			} else {
 				delete(st.backKeys, k)
 			}
-			s.unset(slotBack)
 			if s.gone() || s.done {
+				s.unset(slotBack)
 				continue
 			}
+			// The slot leaves the backlog with a new generation, in one
+			// atomic step (bumpLocked clears slotBack): Superseded takes
+			// no lock, and a delivery handed out before must never look
+			// live between the two.
 			if due, ok := heldUntil(s.rec); ok && due.After(now) {
+				r.bumpLocked(s)
 				r.holdLocked(s, due.Sub(now)) // a delayed record keeps its delay
 				continue
 			}
@@ -821,13 +826,14 @@ func (r *Receiver) issueLocked(s *slot) *driver.Delivery {
 	return &box.d
 }
 
-// bumpLocked starts s's next generation, not started, and returns it: the
-// deliveries handed out before are superseded. r.mu must be held.
+// bumpLocked starts s's next generation, neither started nor handed back,
+// and returns it: the deliveries handed out before are superseded. r.mu
+// must be held.
 func (r *Receiver) bumpLocked(s *slot) uint32 {
 	for {
 		old := s.state.Load()
 		gen := uint32(old>>32) + 1
-		if s.state.CompareAndSwap(old, uint64(gen)<<32|old&(slotGone|slotBack)) {
+		if s.state.CompareAndSwap(old, uint64(gen)<<32|old&slotGone) {
 			return gen
 		}
 	}

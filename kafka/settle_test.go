@@ -581,6 +581,60 @@ func TestSupersededRacesRevoke(t *testing.T) {
 	t.Logf("%d started, %d superseded", started.Load(), int64(n)-started.Load())
 }
 
+// A delivery handed back stays superseded while its record leaves the
+// backlog to be handed out again: Superseded, which takes no lock, is
+// asked for the first delivery throughout, and never lets it start.
+func TestHandedBackStaysSuperseded(t *testing.T) {
+	r := bareReceiver(offlineClient(t), OrderByKey, 1000)
+	st := r.state(topicPartition{"t", 0})
+	ctx := context.Background()
+	for i := range int64(2000) {
+		r.mu.Lock()
+		r.fetchedLocked(st, []*kgo.Record{{Topic: "t", Offset: i, Key: []byte("k")}}, i+1)
+		first, _, _ := r.handOutLocked(time.Now(), 1)
+		r.mu.Unlock()
+		r.fillAll(first)
+		if err := r.Release(ctx, first[0], 0); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		asking := make(chan struct{})
+		started := make(chan bool, 1)
+		go func() {
+			for n := 0; ; n++ {
+				if !r.Superseded(first[0]) {
+					started <- true
+					return
+				}
+				if n == 0 {
+					close(asking)
+				}
+				select {
+				case <-stop:
+					started <- false
+					return
+				default:
+				}
+			}
+		}()
+		<-asking
+		r.mu.Lock()
+		again, _, _ := r.handOutLocked(time.Now(), 1)
+		r.mu.Unlock()
+		close(stop)
+		if <-started {
+			t.Fatalf("offset %d: a delivery handed back was let start as its record was handed out again", i)
+		}
+		if len(again) != 1 {
+			t.Fatalf("offset %d: handed out %d again, want 1", i, len(again))
+		}
+		r.fillAll(again)
+		if err := r.Ack(ctx, again[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A bq-delay too large for a time.Duration holds the record for the longest
 // delay there is, rather than overflowing into one already past (which
 // delivered it at once).
