@@ -159,7 +159,10 @@ func WithUnknownURN(s UnknownURN) ConsumerOption { return func(c *Consumer) { c.
 
 // WithConcurrency sets how many handlers run at once (default 1).
 // Deliveries sharing an ordering key (a Kafka partition, say) are still
-// handled one at a time, in order.
+// handled one at a time, in order. The pool starts a worker only when
+// every one it has is busy, and wakes an idle one only for a delivery no
+// other is about to take, so a concurrency above what the load needs
+// costs little.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n > 0 {
