@@ -202,12 +202,8 @@ func BenchmarkReceiverTrickle(b *testing.B) {
 				st := sts[i%parts]
 				off := int64(i / parts)
 				i++
-				r.mu.Lock()
-				r.fetchedLocked(st, []*kgo.Record{{Topic: "orders", Partition: st.tp.partition, Offset: off, Key: []byte("k")}}, off+1)
-				out, _, _ := r.handOutLocked(time.Now(), 100)
-				r.mu.Unlock()
-				r.fillAll(out)
-				for _, d := range out {
+				fetch(r, st, []*kgo.Record{{Topic: "orders", Partition: st.tp.partition, Offset: off, Key: []byte("k")}}, off+1)
+				for _, d := range handOut(r, time.Now(), 100) {
 					if err := r.Ack(ctx, d); err != nil {
 						b.Fatal(err)
 					}
@@ -229,13 +225,10 @@ func BenchmarkSettleParallel(b *testing.B) {
 		p := i % 8
 		recs[p] = append(recs[p], &kgo.Record{Topic: "orders", Partition: int32(p), Offset: int64(i / 8), Key: []byte("k" + strconv.Itoa(i%64))})
 	}
-	r.mu.Lock()
 	for p := range recs {
-		r.fetchedLocked(r.state(topicPartition{"orders", int32(p)}), recs[p], int64(len(recs[p])))
+		fetch(r, r.state(topicPartition{"orders", int32(p)}), recs[p], int64(len(recs[p])))
 	}
-	out, _, _ := r.handOutLocked(time.Now(), n)
-	r.mu.Unlock()
-	r.fillAll(out)
+	out := handOut(r, time.Now(), n)
 	var next atomic.Int64
 	ctx := context.Background()
 	b.SetParallelism(4) // 4 handlers a core

@@ -179,12 +179,8 @@ func (m *receiverModel) fetch(p *modelPart, n int) {
 
 // receive is what Receive does once its poll returned.
 func (m *receiverModel) receive(max int) {
-	r := m.r
-	r.mu.Lock()
 	now := time.Now().Add(m.skew)
-	out, _, _ := r.handOutLocked(now, max)
-	r.mu.Unlock()
-	r.fillAll(out)
+	out := handOut(m.r, now, max)
 	if len(out) > max {
 		m.errorf("Receive(%d) handed out %d", max, len(out))
 	}

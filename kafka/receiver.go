@@ -626,11 +626,11 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 				continue
 			}
 			// The slot leaves the backlog with a new generation, in one
-			// atomic step (bumpLocked clears slotBack): Superseded takes
+			// atomic step (nextGen clears slotBack): Superseded takes
 			// no lock, and a delivery handed out before must never look
 			// live between the two.
 			if due, ok := heldUntil(s.rec); ok && due.After(now) {
-				r.bumpLocked(s)
+				s.nextGen()
 				r.holdLocked(s, due.Sub(now)) // a delayed record keeps its delay
 				continue
 			}
@@ -816,7 +816,7 @@ type deliveryBox struct {
 // most of what handing out a record costs, and Acks wait for r.mu. r.mu
 // must be held.
 func (r *Receiver) issueLocked(s *slot) *driver.Delivery {
-	gen := r.bumpLocked(s)
+	gen := s.nextGen()
 	box := &s.first
 	if gen > 1 {
 		box = new(deliveryBox)
@@ -826,10 +826,10 @@ func (r *Receiver) issueLocked(s *slot) *driver.Delivery {
 	return &box.d
 }
 
-// bumpLocked starts s's next generation, neither started nor handed back,
-// and returns it: the deliveries handed out before are superseded. r.mu
-// must be held.
-func (r *Receiver) bumpLocked(s *slot) uint32 {
+// nextGen starts s's next generation, neither started nor handed back, and
+// returns it: the deliveries handed out before are superseded. The
+// Receiver's lock must be held.
+func (s *slot) nextGen() uint32 {
 	for {
 		old := s.state.Load()
 		gen := uint32(old>>32) + 1

@@ -429,21 +429,13 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 				}
 				return out
 			}
-			receive := func(max int) []*driver.Delivery {
-				r.mu.Lock()
-				out, _, _ := r.handOutLocked(time.Now(), max)
-				r.mu.Unlock()
-				r.fillAll(out)
-				return out
-			}
+			receive := func(max int) []*driver.Delivery { return handOut(r, time.Now(), max) }
 			revoked, kept := r.state(topicPartition{"t", 0}), r.state(topicPartition{"t", 1})
 			recs := records(0, 20)
 			// The first is a retry copy held for 100 ms.
 			recs[0].Headers = []kgo.RecordHeader{{Key: HeaderDelay, Value: []byte("100")}}
 			recs[0].Timestamp = time.Now()
-			r.mu.Lock()
-			r.fetchedLocked(revoked, recs, 20)
-			r.mu.Unlock()
+			fetch(r, revoked, recs, 20)
 			// Three of the revoked partition's records handed out: the first
 			// running, the second not started, the third handed back.
 			got := receive(3)
@@ -473,9 +465,7 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 				defer r.mu.Unlock()
 				return len(r.readyHeld) > 0 || held.gone() // gone: it will never be ready
 			})
-			r.mu.Lock()
-			r.fetchedLocked(kept, records(1, 5), 5)
-			r.mu.Unlock()
+			fetch(r, kept, records(1, 5), 5)
 			keptOut := 0
 			for _, d := range receive(100) {
 				var rec *kgo.Record
@@ -524,11 +514,8 @@ func TestSupersededRacesRevoke(t *testing.T) {
 	for i := range n {
 		recs = append(recs, &kgo.Record{Topic: "t", Offset: int64(i), Key: []byte("k" + strconv.Itoa(i))})
 	}
-	r.mu.Lock()
-	r.fetchedLocked(st, recs, n)
-	out, _, _ := r.handOutLocked(time.Now(), n)
-	r.mu.Unlock()
-	r.fillAll(out)
+	fetch(r, st, recs, n)
+	out := handOut(r, time.Now(), n)
 	if len(out) != n {
 		t.Fatalf("handed out %d, want %d", len(out), n)
 	}
@@ -589,11 +576,8 @@ func TestHandedBackStaysSuperseded(t *testing.T) {
 	st := r.state(topicPartition{"t", 0})
 	ctx := context.Background()
 	for i := range int64(2000) {
-		r.mu.Lock()
-		r.fetchedLocked(st, []*kgo.Record{{Topic: "t", Offset: i, Key: []byte("k")}}, i+1)
-		first, _, _ := r.handOutLocked(time.Now(), 1)
-		r.mu.Unlock()
-		r.fillAll(first)
+		fetch(r, st, []*kgo.Record{{Topic: "t", Offset: i, Key: []byte("k")}}, i+1)
+		first := handOut(r, time.Now(), 1)
 		if err := r.Release(ctx, first[0], 0); err != nil {
 			t.Fatal(err)
 		}
@@ -618,9 +602,7 @@ func TestHandedBackStaysSuperseded(t *testing.T) {
 			}
 		}()
 		<-asking
-		r.mu.Lock()
-		again, _, _ := r.handOutLocked(time.Now(), 1)
-		r.mu.Unlock()
+		again := handOut(r, time.Now(), 1)
 		close(stop)
 		if <-started {
 			t.Fatalf("offset %d: a delivery handed back was let start as its record was handed out again", i)
@@ -628,7 +610,6 @@ func TestHandedBackStaysSuperseded(t *testing.T) {
 		if len(again) != 1 {
 			t.Fatalf("offset %d: handed out %d again, want 1", i, len(again))
 		}
-		r.fillAll(again)
 		if err := r.Ack(ctx, again[0]); err != nil {
 			t.Fatal(err)
 		}

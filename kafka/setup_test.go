@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/babelqueue/transports/core/driver"
 	"github.com/babelqueue/transports/core/drivertest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -143,6 +144,24 @@ func bareReceiver(cl *kgo.Client, ordering Ordering, maxUncommitted int) *Receiv
 		parts: map[topicPartition]*partState{}, logger: slog.New(slog.DiscardHandler)}
 	r.cond = sync.NewCond(&r.mu)
 	return r
+}
+
+// fetch adds recs, fetched of st with the high watermark hwm, to what r
+// hands out, as a poll does.
+func fetch(r *Receiver, st *partState, recs []*kgo.Record, hwm int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fetchedLocked(st, recs, hwm)
+}
+
+// handOut is what Receive does once its poll returned: up to max
+// deliveries, issued under r.mu and filled once it is released.
+func handOut(r *Receiver, now time.Time, max int) []*driver.Delivery {
+	r.mu.Lock()
+	out, _, _ := r.handOutLocked(now, max)
+	r.mu.Unlock()
+	r.fillAll(out)
+	return out
 }
 
 // fetchedRecord is the record the Sender projects an envelope with a
