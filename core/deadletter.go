@@ -152,16 +152,16 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 		switch sp.class {
 		case classReason:
 			var s string
-			err = optionalString("/dead_letter/reason", val, &s)
+			err = optionalString("/dead_letter/reason", val, false, &s)
 			d.Reason = Reason(s)
 		case classError:
-			err = optionalString("/dead_letter/error", val, &d.Error)
+			err = optionalString("/dead_letter/error", val, false, &d.Error)
 		case classException:
-			err = optionalString("/dead_letter/exception", val, &d.Exception)
+			err = optionalString("/dead_letter/exception", val, false, &d.Exception)
 		case classOriginalQueue:
-			err = optionalString("/dead_letter/original_queue", val, &d.OriginalQueue)
+			err = optionalString("/dead_letter/original_queue", val, false, &d.OriginalQueue)
 		case classDLLang:
-			err = optionalString("/dead_letter/lang", val, &d.Lang)
+			err = optionalString("/dead_letter/lang", val, false, &d.Lang)
 		case classFailedAt:
 			n, ok := parseUint(val)
 			if !ok {

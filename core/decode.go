@@ -158,6 +158,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		nTop++
 	}
 	e, extras, metaExtras := newEnvelope(nTop, nMeta)
+	plain := !sc.special
 	var haveMeta, haveData bool
 	for i := range spans {
 		sp := &spans[i]
@@ -167,13 +168,13 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 			if val[0] != '"' {
 				return nil, decodeErr(ErrNoURN, "/job", "got %s", jsonKind(val))
 			}
-			e.URN, _ = ownedString(val)
+			e.URN = fieldString(val, plain)
 		case classURN: // after the loop
 		case classTraceID:
 			if val[0] != '"' {
 				return nil, decodeErr(ErrBlankTraceID, "/trace_id", "got %s", jsonKind(val))
 			}
-			e.TraceID, _ = ownedString(val)
+			e.TraceID = fieldString(val, plain)
 		case classData:
 			if val[0] != '{' {
 				return nil, decodeErr(ErrDataNotObject, "/data", "got %s", jsonKind(val))
@@ -187,7 +188,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 			haveMeta = true
 			// A duplicated "meta" keeps the last object (ms), as every
 			// other SDK's JSON parser does: never a merge of the two.
-			if metaExtras, err = decodeMeta(&e.Meta, b, ms, cfg, metaExtras); err != nil {
+			if metaExtras, err = decodeMeta(&e.Meta, b, ms, plain, cfg, metaExtras); err != nil {
 				return nil, err
 			}
 		case classAttempts:
@@ -222,7 +223,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 		if val[0] != '"' {
 			return nil, decodeErr(ErrNoURN, "/urn", "got %s", jsonKind(val))
 		}
-		e.URN, _ = ownedString(val)
+		e.URN = fieldString(val, plain)
 	}
 	if isBlank(e.URN) {
 		return nil, decodeErr(ErrNoURN, "/job", "")
@@ -369,18 +370,19 @@ func (c *decodeConfig) report(pointer string, val []byte) {
 
 // decodeMeta reads the meta object whose members, classified by metaClass,
 // are spans into m and returns its unknown members, appended to extras.
-func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []member) ([]member, error) {
+// plain reports that the body's strings are plain (plainString).
+func decodeMeta(m *Meta, b []byte, spans []span, plain bool, cfg *decodeConfig, extras []member) ([]member, error) {
 	for i := range spans {
 		sp := &spans[i]
 		val := b[sp.vs:sp.ve]
 		var err error
 		switch sp.class {
 		case classID:
-			err = optionalString("/meta/id", val, &m.ID)
+			err = optionalString("/meta/id", val, plain, &m.ID)
 		case classQueue:
-			err = optionalString("/meta/queue", val, &m.Queue)
+			err = optionalString("/meta/queue", val, plain, &m.Queue)
 		case classLang:
-			err = optionalString("/meta/lang", val, &m.Lang)
+			err = optionalString("/meta/lang", val, plain, &m.Lang)
 		case classSchemaVersion:
 			if string(val) != "1" {
 				return nil, decodeErr(ErrSchemaVersion, "/meta/schema_version", "got %s", val)
@@ -405,11 +407,12 @@ func decodeMeta(m *Meta, b []byte, spans []span, cfg *decodeConfig, extras []mem
 }
 
 // optionalString reads the string member val, at pointer ptr, into out;
-// null leaves out as it is, and anything else is ErrFieldType.
-func optionalString(ptr string, val []byte, out *string) error {
+// null leaves out as it is, and anything else is ErrFieldType. plain is
+// fieldString's.
+func optionalString(ptr string, val []byte, plain bool, out *string) error {
 	switch val[0] {
 	case '"':
-		*out, _ = ownedString(val)
+		*out = fieldString(val, plain)
 	case 'n': // null: the scan passed, so nothing else starts with n
 	default:
 		return decodeErr(ErrFieldType, ptr, "got %s", jsonKind(val))

@@ -144,6 +144,23 @@ func ownedString(s []byte) (string, bool) {
 	return unsafe.String(&inner[0], len(inner)), true
 }
 
+// plainString is ownedString for a string the scan found plain (no
+// escape, no byte of 0x80 or above: scanner.special unset): the bytes
+// between its quotes, shared.
+func plainString(s []byte) string {
+	return unsafe.String(unsafe.SliceData(s[1:]), len(s)-2)
+}
+
+// fieldString is the string member s: plainString when plain, else
+// ownedString.
+func fieldString(s []byte, plain bool) string {
+	if plain {
+		return plainString(s)
+	}
+	out, _ := ownedString(s)
+	return out
+}
+
 // keep returns a heap copy of the gathered members, nil for none: one
 // allocation however many unknown keys a message carries.
 func keep(ms []member) []member {

@@ -49,7 +49,13 @@ type scanner struct {
 	b      []byte
 	spaced bool
 	esc    bool // a string since the last reset had an escape
-	depth  int
+	// special reports that some string of the body may have an escape or
+	// a byte of 0x80 or above (it may also be set by such a byte just
+	// past a string's closing quote, read in the same eight): while it
+	// is unset, every string is the bytes between its quotes, and Decode
+	// takes them as they are (plainString) without a second look.
+	special bool
+	depth   int
 	// topClassed and metaClassed report that the recorded top-level and
 	// meta spans have their classes set (topClass, metaClass) and need no
 	// classify: no key has an escape and no contract key repeats.
@@ -286,6 +292,7 @@ var strSafe = func() (t [256]bool) {
 func (s *scanner) str(i int) (int, error) {
 	b := s.b
 	i++
+	var seen uint64 // every byte read, or'ed: its high bits tell of a byte >= 0x80
 	for {
 		// Eight bytes at a time while none needs a look: no '"', '\\' or
 		// control byte. The lowest flagged byte is always a true one (a
@@ -293,6 +300,7 @@ func (s *scanner) str(i int) (int, error) {
 		// straight to it; only the last few bytes of the body go one by one.
 		if i+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[i:])
+			seen |= w
 			m := hasZero(w^quotes) | hasZero(w^backslashes) | hasLess(w, 0x20)
 			if m == 0 {
 				i += 8
@@ -301,6 +309,7 @@ func (s *scanner) str(i int) (int, error) {
 			i += bits.TrailingZeros64(m) >> 3
 		} else {
 			for i < len(b) && strSafe[b[i]] {
+				seen |= uint64(b[i])
 				i++
 			}
 			if i >= len(b) {
@@ -309,9 +318,13 @@ func (s *scanner) str(i int) (int, error) {
 		}
 		switch c := b[i]; {
 		case c == '"':
+			if seen&msb != 0 {
+				s.special = true
+			}
 			return i + 1, nil
 		case c == '\\':
 			s.esc = true
+			s.special = true
 			if i+1 >= len(b) {
 				return i + 1, s.fail(i+1, "in string escape")
 			}

@@ -154,6 +154,13 @@ func FuzzDecodeOracle(f *testing.F) {
 		"{\"urn\":\"a\xffb\",\"trace_id\":\"t\",\"data\":{},\"meta\":{\"schema_version\":1}}",
 		`{"job":"a\"b","trace_id":"t\u0041","data":{},"meta":{"schema_version":1,"lang":"p\nhp","queue":"é"}}`,
 		"{\"job\":\"j\",\"data\":{},\"meta\":{\"schema_version\":1},\"trace_id\":\"\xe9\"}",
+		// The only escape or byte >= 0x80 of the body in its last few
+		// bytes (read one by one, not eight at a time), or in a string
+		// that is no field: every field string is then taken as it is,
+		// or none is.
+		"{\"job\":\"x\",\"trace_id\":\"t\",\"data\":{},\"meta\":{\"schema_version\":1,\"lang\":\"\xff\"}}",
+		`{"job":"x","trace_id":"t","data":{},"meta":{"schema_version":1,"lang":"\u00e9"}}`,
+		"{\"job\":\"urn:x\",\"trace_id\":\"t\",\"data\":{\"n\":\"\xc3\"},\"meta\":{\"schema_version\":1,\"id\":\"i\"}}",
 	} {
 		f.Add([]byte(s))
 	}
