@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/babelqueue/transports/core"
 )
@@ -209,6 +210,52 @@ func TestDataAccessorsKeepPrecision(t *testing.T) {
 	}
 	if err := e.DecodeData(&typed); err != nil || typed.Edge != 9007199254740993 {
 		t.Errorf("DecodeData = %+v, %v", typed, err)
+	}
+}
+
+// TestStringEscapingAtEveryPosition puts one byte that needs a look (a
+// quote, a backslash, a control byte, non-ASCII, invalid UTF-8) at each
+// position of strings of 1 to 19 bytes, which the encoder reads eight
+// bytes at a time and its last eight over the ones before them: each must
+// come back as encoding/json reads it, and a string without one must go
+// out as it is.
+func TestStringEscapingAtEveryPosition(t *testing.T) {
+	for n := 1; n < 20; n++ {
+		plain := strings.Repeat("q", n)
+		cases := []string{plain}
+		for _, c := range []string{`"`, `\`, "\n", "\x01", "\x1f", "é", "\xff", "<", "\x7f"} {
+			for i := 0; i < n; i++ {
+				cases = append(cases, plain[:i]+c+plain[i+1:])
+			}
+		}
+		for _, q := range cases {
+			e, err := core.New("urn:x", nil, core.WithQueue(q), core.WithTraceID("t"), core.WithMessageID("m"), core.WithCreatedAt(fixedTime))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := e.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !utf8.Valid(out) {
+				t.Errorf("queue %q: invalid UTF-8 written as it is: %q", q, out)
+			}
+			var got struct {
+				Meta struct{ Queue string } `json:"meta"`
+			}
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("%q: %v in %s", q, err, out)
+			}
+			want, _ := json.Marshal(q)
+			var wantS string
+			_ = json.Unmarshal(want, &wantS)
+			if got.Meta.Queue != wantS {
+				t.Errorf("queue %q came back %q, want %q", q, got.Meta.Queue, wantS)
+			}
+			if q == plain && !bytes.Contains(out, []byte(`"queue":"`+q+`"`)) {
+				t.Errorf("plain queue %q not written as it is: %s", q, out)
+			}
+		}
 	}
 }
 
