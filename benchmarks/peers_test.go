@@ -149,6 +149,8 @@ type tally struct {
 	n         int
 	first     time.Time
 	last      time.Time
+	firstCPU  time.Duration // the process's CPU time (cpuTime) at the first
+	lastCPU   time.Duration // and at the want-th message
 	latencies []time.Duration
 	want      int
 	done      chan struct{}
@@ -173,11 +175,12 @@ func (t *tally) seen(sent string) {
 		}
 	}
 	if t.n == 0 {
-		t.first = now
+		t.first, t.firstCPU = now, cpuTime()
 	}
 	t.n++
 	t.last = now
 	if t.n == t.want {
+		t.lastCPU = cpuTime()
 		close(t.done)
 	}
 }
@@ -206,6 +209,17 @@ func (t *tally) steady() float64 {
 		return 0
 	}
 	return float64(t.n-1) / t.last.Sub(t.first).Seconds()
+}
+
+// steadyCPUs is how many CPUs the process kept busy, on average, from the
+// first message seen to the want-th (0 where cpuTime measures nothing).
+func (t *tally) steadyCPUs() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n < t.want || t.firstCPU == 0 || !t.last.After(t.first) {
+		return 0
+	}
+	return float64(t.lastCPU-t.firstCPU) / float64(t.last.Sub(t.first))
 }
 
 // percentile returns the p-th percentile (0 < p ≤ 100) of the latencies.
@@ -435,6 +449,9 @@ func measureConsume(b bench, name string, m *metrics, start func(seen func(strin
 	b.StopTimer()
 	stop()
 	m.add("msgs/s", t.steady())
+	if c := t.steadyCPUs(); c > 0 {
+		m.add("steady-cpus", c)
+	}
 	m.add("handled-ms", ms(handled))
 	m.add("committed-ms", ms(all))
 }

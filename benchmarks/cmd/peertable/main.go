@@ -24,17 +24,20 @@ import (
 const ours = "babelqueue"
 
 // metrics lists the reported metrics in print order; lower says whether a
-// lower value is better.
+// lower value is better, and note, for a metric neither better nor worse
+// either way, what it tells (its row then has no ratios).
 var metrics = []struct {
 	unit  string
 	lower bool
+	note  string
 }{
-	{"msgs/s", false},
-	{"handled-ms", true},
-	{"committed-ms", true},
-	{"p50-µs", true},
-	{"p99-µs", true},
-	{"cpu-µs/msg", true},
+	{"msgs/s", false, ""},
+	{"steady-cpus", false, "CPUs busy over the steady rate's span"},
+	{"handled-ms", true, ""},
+	{"committed-ms", true, ""},
+	{"p50-µs", true, ""},
+	{"p99-µs", true, ""},
+	{"cpu-µs/msg", true, ""},
 }
 
 var procs = regexp.MustCompile(`-\d+$`)
@@ -148,7 +151,10 @@ func (t *table) write(w io.Writer) {
 					continue
 				}
 				better := "higher is better"
-				if m.lower {
+				switch {
+				case m.note != "":
+					better = m.note
+				case m.lower:
 					better = "lower is better"
 				}
 				fmt.Fprintf(w, "| %s | %s (%s) |", row, m.unit, better)
@@ -162,7 +168,7 @@ func (t *table) write(w io.Writer) {
 						continue
 					}
 					v := median(vals[im])
-					if im == ours || !haveBase || v == 0 || base == 0 {
+					if im == ours || !haveBase || v == 0 || base == 0 || m.note != "" {
 						fmt.Fprintf(w, " %s |", human(v))
 						continue
 					}
