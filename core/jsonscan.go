@@ -124,7 +124,7 @@ func ownedString(s []byte) (string, bool) {
 	i := 0
 	// Eight bytes at a time while they are ASCII without a backslash.
 	for ; i+8 <= len(inner); i += 8 {
-		if w := binary.LittleEndian.Uint64(inner[i:]); w&msb|hasZero(w^backslashes) != 0 {
+		if w := binary.LittleEndian.Uint64(inner[i : i+8]); w&msb|hasZero(w^backslashes) != 0 {
 			break
 		}
 	}

@@ -299,7 +299,7 @@ func (s *scanner) str(i int) (int, error) {
 		// false alarm can only sit above a true one), so the scan jumps
 		// straight to it; only the last few bytes of the body go one by one.
 		if i+8 <= len(b) {
-			w := binary.LittleEndian.Uint64(b[i:])
+			w := binary.LittleEndian.Uint64(b[i : i+8])
 			seen |= w
 			m := hasZero(w^quotes) | hasZero(w^backslashes) | hasLess(w, 0x20)
 			if m == 0 {
