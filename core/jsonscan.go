@@ -316,12 +316,7 @@ func appendString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		// Eight plain ASCII bytes at a time: nothing to escape, no UTF-8 to
 		// check.
-		for i+8 <= len(s) {
-			w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-				uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-			if w&msb|hasZero(w^quotes)|hasZero(w^backslashes)|hasLess(w, 0x20) != 0 {
-				break
-			}
+		for i+8 <= len(s) && !needsLook(load64(s, i)) {
 			i += 8
 		}
 		if i >= len(s) {
