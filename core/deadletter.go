@@ -139,7 +139,9 @@ func appendNullable(dst []byte, s string) []byte {
 	return appendString(dst, s)
 }
 
-func decodeDeadLetter(d *DeadLetter, b []byte) error {
+// decodeDeadLetter reads the dead_letter object b into d; plain is
+// fieldString's.
+func decodeDeadLetter(d *DeadLetter, b []byte, plain bool) error {
 	var stack [inlineExtras]member
 	extras := stack[:0]
 	var spanBuf [inlineSpans]span
@@ -152,16 +154,16 @@ func decodeDeadLetter(d *DeadLetter, b []byte) error {
 		switch sp.class {
 		case classReason:
 			var s string
-			err = optionalString("/dead_letter/reason", val, false, &s)
+			err = optionalString("/dead_letter/reason", val, plain, &s)
 			d.Reason = Reason(s)
 		case classError:
-			err = optionalString("/dead_letter/error", val, false, &d.Error)
+			err = optionalString("/dead_letter/error", val, plain, &d.Error)
 		case classException:
-			err = optionalString("/dead_letter/exception", val, false, &d.Exception)
+			err = optionalString("/dead_letter/exception", val, plain, &d.Exception)
 		case classOriginalQueue:
-			err = optionalString("/dead_letter/original_queue", val, false, &d.OriginalQueue)
+			err = optionalString("/dead_letter/original_queue", val, plain, &d.OriginalQueue)
 		case classDLLang:
-			err = optionalString("/dead_letter/lang", val, false, &d.Lang)
+			err = optionalString("/dead_letter/lang", val, plain, &d.Lang)
 		case classFailedAt:
 			n, ok := parseUint(val)
 			if !ok {

@@ -205,7 +205,7 @@ func decode(body []byte, cfg *decodeConfig) (*Envelope, error) {
 				return nil, decodeErr(ErrFieldType, "/dead_letter", "got %s", jsonKind(val))
 			}
 			dl := &DeadLetter{}
-			if err := decodeDeadLetter(dl, val); err != nil {
+			if err := decodeDeadLetter(dl, val, plain); err != nil {
 				return nil, err
 			}
 			e.DeadLetter = dl

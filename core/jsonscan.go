@@ -161,27 +161,29 @@ func fieldString(s []byte, plain bool) string {
 	return out
 }
 
-// plainJSON reports whether s goes into a JSON string as it is: ASCII with
-// no '"', '\\' or control byte. Eight bytes at a time, the last eight read
-// over the ones before them rather than one by one.
-func plainJSON(s string) bool {
+// plainPrefix returns how many leading bytes of s go into a JSON string
+// as they are (ASCII with no '"', '\\' or control byte): len(s) when all
+// of them do, else an offset at or before the first that does not. It
+// reads eight bytes at a time, the last eight over the ones before them
+// rather than one by one.
+func plainPrefix(s string) int {
 	if len(s) < 8 {
 		for i := 0; i < len(s); i++ {
 			if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
-				return false
+				return i
 			}
 		}
-		return true
+		return len(s)
 	}
 	for i := 0; ; i += 8 {
 		if i+8 > len(s) {
 			i = len(s) - 8
 		}
 		if needsLook(load64(s, i)) {
-			return false
+			return i
 		}
 		if i+8 == len(s) {
-			return true
+			return len(s)
 		}
 	}
 }
@@ -308,12 +310,13 @@ func ParseAttempts(s string) (n int, ok bool) { return parseCount([]byte(s)) }
 func appendString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
-	if plainJSON(s) { // the usual field: a URN, an id, a queue name
+	i := plainPrefix(s)
+	if i == len(s) { // the usual field: a URN, an id, a queue name
 		dst = append(dst, s...)
 		return append(dst, '"')
 	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		// Eight plain ASCII bytes at a time: nothing to escape, no UTF-8 to
 		// check.
 		for i+8 <= len(s) && !needsLook(load64(s, i)) {
