@@ -149,8 +149,8 @@ type tally struct {
 	n         int
 	first     time.Time
 	last      time.Time
-	firstCPU  time.Duration // the process's CPU time (cpuTime) at the first
-	lastCPU   time.Duration // and at the want-th message
+	firstCPU  time.Duration // the process's CPU time (cpuTime) at first
+	lastCPU   time.Duration // and at last, once want were seen
 	latencies []time.Duration
 	want      int
 	done      chan struct{}
@@ -179,8 +179,10 @@ func (t *tally) seen(sent string) {
 	}
 	t.n++
 	t.last = now
-	if t.n == t.want {
+	if t.n >= t.want { // a redelivery past want moves last: lastCPU follows it
 		t.lastCPU = cpuTime()
+	}
+	if t.n == t.want {
 		close(t.done)
 	}
 }
@@ -212,7 +214,8 @@ func (t *tally) steady() float64 {
 }
 
 // steadyCPUs is how many CPUs the process kept busy, on average, from the
-// first message seen to the want-th (0 where cpuTime measures nothing).
+// first message seen to the last (0 before want were seen, or where
+// cpuTime measures nothing).
 func (t *tally) steadyCPUs() float64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
