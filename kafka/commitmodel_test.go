@@ -157,8 +157,8 @@ func (m *receiverModel) run(steps int) {
 // partition's fetched records.
 func (m *receiverModel) fetch(p *modelPart, n int) {
 	r := m.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.lock()
+	defer r.unlock()
 	for range n {
 		p.next += 1 + int64(m.rng.IntN(3)/2*m.rng.IntN(5)) // now and then a gap
 		if m.rng.IntN(20) == 0 {
@@ -289,8 +289,8 @@ func (m *receiverModel) revoke(p *modelPart) {
 	st := m.r.state(tp)
 	p.st = st
 	m.byOff[st] = map[int64]*modelRecord{}
-	m.r.mu.Lock()
-	defer m.r.mu.Unlock()
+	m.r.lock()
+	defer m.r.unlock()
 	for _, x := range old {
 		if x.off < committed {
 			continue
@@ -336,7 +336,7 @@ func (m *receiverModel) ackStale() {
 // the Receiver's running tallies (the partitions not caught up, those
 // paused) with a walk over all of them.
 func (m *receiverModel) check() {
-	m.r.mu.Lock()
+	m.r.lock()
 	behind, stalled := 0, map[*partState]int{}
 	for _, st := range m.r.stalled {
 		if !st.dropped {
@@ -368,7 +368,7 @@ func (m *receiverModel) check() {
 	if len(stalled) > 0 {
 		m.errorf("%d partitions listed to resume are not assigned", len(stalled))
 	}
-	m.r.mu.Unlock()
+	m.r.unlock()
 	for _, p := range m.parts {
 		want, epoch := p.commitAt()
 		st := p.st

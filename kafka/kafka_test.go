@@ -383,8 +383,8 @@ func TestRevokeDropsFetchedRecords(t *testing.T) {
 	ra := newTestReceiver(t, group, []string{topic}, WithRevokeTimeout(5*time.Second), WithMaxHeld(10))
 	stopA := drivertest.StartConsumer(t, ra, snd, testURN, handler(nil), queue.WithConcurrency(2), queue.WithBatchSize(10))
 	drivertest.WaitUntil(t, 30*time.Second, "records fetched and not yet handed out", func() bool {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
+		ra.lock()
+		defer ra.unlock()
 		for _, st := range ra.parts {
 			if len(st.fetched) > 0 {
 				return seen.distinct() >= 50

@@ -62,6 +62,8 @@ type Receiver struct {
 
 	pollMu sync.Mutex // held by Receive and Close
 
+	// mu guards what follows, and is taken with lock and let go of with
+	// unlock, never directly: see pendingAck.
 	mu        sync.Mutex
 	cond      *sync.Cond
 	parts     map[topicPartition]*partState
@@ -98,6 +100,69 @@ type Receiver struct {
 	// caughtUp wakes the commit loop when an Ack left nothing received
 	// unsettled on any partition, each settled up to its high watermark.
 	caughtUp chan struct{}
+
+	// acks is the Acks that found mu taken (pendingAck), under ackMu;
+	// nacks is how many, read without it. spare is the slice drainLocked
+	// gives acks next, under mu. waiters counts the goroutines about to
+	// wait on cond, which an Ack must not leave its settle to (see Ack).
+	ackMu   sync.Mutex
+	acks    []pendingAck
+	nacks   atomic.Int32
+	spare   []pendingAck
+	waiters atomic.Int32
+
+	// testHookWait, when set, runs just before a revoke waits on cond
+	// with r.mu held.
+	testHookWait func()
+}
+
+// pendingAck is an Ack that found the Receiver's lock taken: rather than
+// wait for it (held by Receive while it hands out a batch, or by another
+// handler's Ack), the handler leaves the settle to whoever holds it, and
+// goes on to its next delivery. Every holder applies the pending Acks
+// when it takes the lock (lock) and again before it lets go of it
+// (unlock), and looks once more after: an Ack is applied before anything
+// that takes the lock after it returned, and none is left behind.
+type pendingAck struct {
+	t  *token
+	at time.Time // when the Ack was asked, for the commit loop's quiet period
+}
+
+// lock takes r.mu and applies the pending Acks.
+func (r *Receiver) lock() {
+	r.mu.Lock()
+	r.drainLocked()
+}
+
+// unlock applies the pending Acks and lets go of r.mu; and if an Ack was
+// left pending meanwhile by a handler that found r.mu taken, takes it
+// again to apply that one, unless another goroutine took it first (which
+// then does the same).
+func (r *Receiver) unlock() {
+	for {
+		r.drainLocked()
+		r.mu.Unlock()
+		if r.nacks.Load() == 0 || !r.mu.TryLock() {
+			return
+		}
+	}
+}
+
+// drainLocked applies the pending Acks. r.mu must be held.
+func (r *Receiver) drainLocked() {
+	if r.nacks.Load() == 0 {
+		return
+	}
+	r.ackMu.Lock()
+	batch := r.acks
+	r.acks = r.spare[:0]
+	r.nacks.Store(0)
+	r.ackMu.Unlock()
+	for i := range batch {
+		r.ackLocked(batch[i].t, batch[i].at)
+		batch[i] = pendingAck{}
+	}
+	r.spare = batch[:0]
 }
 
 type topicPartition struct {
@@ -428,15 +493,15 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	if max <= 0 {
 		max = 1
 	}
-	r.mu.Lock()
+	r.lock()
 	if r.closed {
-		r.mu.Unlock()
+		r.unlock()
 		return nil, driver.ErrClosed
 	}
 	out, resume, pause := r.handOutLocked(time.Now(), max)
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait)
 	r.pollCancel = cancel
-	r.mu.Unlock()
+	r.unlock()
 	r.pauseParts(pause)
 	r.resume(resume)
 	if len(out) > 0 {
@@ -463,7 +528,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 	})
 
 	now := time.Now()
-	r.mu.Lock()
+	r.lock()
 	r.pollCancel = nil
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {
@@ -476,7 +541,7 @@ func (r *Receiver) Receive(ctx context.Context, max int) ([]*driver.Delivery, er
 		r.fetchedLocked(r.state(topicPartition{p.Topic, p.Partition}), p.Records, hwm)
 	})
 	out, resume, pause = r.handOutLocked(now, max)
-	r.mu.Unlock()
+	r.unlock()
 	// What is taken is registered, and what is not is only fetched: a
 	// rebalance may run now. Its revoke waits for what was taken to be
 	// settled and drops the rest.
@@ -576,12 +641,12 @@ func (r *Receiver) takeLocked(now time.Time, max int, out []*driver.Delivery) ([
 
 // warnFetch logs a fetch error at most every 10s.
 func (r *Receiver) warnFetch(err error) {
-	r.mu.Lock()
+	r.lock()
 	due := time.Since(r.warned) > 10*time.Second
 	if due {
 		r.warned = time.Now()
 	}
-	r.mu.Unlock()
+	r.unlock()
 	if due {
 		r.logger.Warn("babelqueue/kafka: fetch error", slog.Any("error", err))
 	}
@@ -713,12 +778,12 @@ func (r *Receiver) holdLocked(s *slot, d time.Duration) {
 	s.held = true
 	s.part.held++
 	time.AfterFunc(d, func() {
-		r.mu.Lock()
+		r.lock()
 		if !s.gone() && s.held {
 			r.readyHeld = append(r.readyHeld, s)
 			r.wakeLocked()
 		}
-		r.mu.Unlock()
+		r.unlock()
 	})
 }
 
@@ -813,8 +878,8 @@ type deliveryBox struct {
 // issueLocked hands s to the runtime once more: a new generation, and the
 // delivery of it with its token set. Its other fields are set by fill once
 // r.mu is released: building them (the header map and the strings) is
-// most of what handing out a record costs, and Acks wait for r.mu. r.mu
-// must be held.
+// most of what handing out a record costs, and the Acks that find r.mu
+// taken meanwhile are left for Receive to apply. r.mu must be held.
 func (r *Receiver) issueLocked(s *slot) *driver.Delivery {
 	gen := s.nextGen()
 	box := &s.first
@@ -929,8 +994,8 @@ func tokenOf(d *driver.Delivery) (*token, error) {
 // this member holds of the high watermark of the last fetch less the next
 // offset to commit (the consumer group's lag as of that fetch).
 func (r *Receiver) Lag() map[string]int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.lock()
+	defer r.unlock()
 	var out map[string]int64
 	for tp, st := range r.parts {
 		if st.hwm < 0 {
@@ -987,17 +1052,47 @@ func (r *Receiver) Superseded(d *driver.Delivery) bool {
 // Ack implements driver.Receiver: the record's offset becomes committable
 // once every earlier record of its partition is settled too. Acks of
 // superseded deliveries are ignored: those records are delivered again.
+//
+// Ack does not wait for the Receiver's lock: when another goroutine holds
+// it, the settle is left to that goroutine, which applies it before it
+// lets go of the lock (see pendingAck). Either way it is applied before
+// any Receive, Release, commit or revoke that starts after Ack returned.
 func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 	t, err := tokenOf(d)
 	if err != nil {
 		return err
 	}
-	now := time.Now() // read before the lock: every handler's Ack waits for it
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	now := time.Now()
+	if r.mu.TryLock() {
+		r.drainLocked()
+		r.ackLocked(t, now)
+		r.unlock()
+		return nil
+	}
+	r.ackMu.Lock()
+	r.acks = append(r.acks, pendingAck{t: t, at: now})
+	r.nacks.Add(1)
+	r.ackMu.Unlock()
+	if r.waiters.Load() > 0 {
+		// A revoke waits on r.cond for this very settle, perhaps, and
+		// cond.Wait lets go of the lock without applying what is
+		// pending: apply it here, once the lock is free.
+		r.lock()
+		r.unlock()
+		return nil
+	}
+	// The holder may have let go of the lock before it saw this one.
+	if r.mu.TryLock() {
+		r.unlock()
+	}
+	return nil
+}
+
+// ackLocked applies the Ack of t, asked at now. r.mu must be held.
+func (r *Receiver) ackLocked(t *token, now time.Time) {
 	s := t.s
 	if t.superseded() || s.done {
-		return nil
+		return
 	}
 	s.done = true
 	st := s.part
@@ -1016,7 +1111,7 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 		if was >= r.cfg.maxUncommitted && st.paused && r.resumable(st) {
 			r.wakeLocked() // the commit caught up: the poll in progress ends, the next resumes the partition
 		}
-		if now.After(r.lastAck) { // an Ack that waited for the lock may have read the clock first
+		if now.After(r.lastAck) { // Acks are applied in no particular order
 			r.lastAck = now
 		}
 		if !r.quietArmed {
@@ -1034,7 +1129,6 @@ func (r *Receiver) Ack(_ context.Context, d *driver.Delivery) error {
 		}
 	}
 	r.cond.Broadcast()
-	return nil
 }
 
 // caughtUpLocked reports whether every partition has nothing received left
@@ -1056,10 +1150,10 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
+	r.lock()
 	s := t.s
 	if t.superseded() || s.done {
-		r.mu.Unlock()
+		r.unlock()
 		return nil
 	}
 	st := s.part
@@ -1082,14 +1176,14 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 		r.stallLocked(st)
 	}
 	r.cond.Broadcast()
-	r.mu.Unlock()
+	r.unlock()
 	if pause {
 		r.pauseParts([]topicPartition{st.tp})
 	}
 	time.AfterFunc(delay, func() {
-		r.mu.Lock()
+		r.lock()
 		r.wakeLocked()
-		r.mu.Unlock()
+		r.unlock()
 	})
 	return nil
 }
@@ -1145,23 +1239,23 @@ func (r *Receiver) commitLoop() {
 				q.Reset(wait)
 				continue
 			}
-			r.mu.Lock()
+			r.lock()
 			offsets = r.dirtyLocked(nil)
-			r.mu.Unlock()
+			r.unlock()
 		case <-q.C:
-			r.mu.Lock()
+			r.lock()
 			if wait := quiet - time.Since(r.lastAck); wait > 0 && !caught {
-				r.mu.Unlock()
+				r.unlock()
 				q.Reset(wait) // settled again since: not quiet yet
 				continue
 			}
 			r.quietArmed = false
 			offsets = r.dirtyLocked(nil)
-			r.mu.Unlock()
+			r.unlock()
 		case <-t.C:
-			r.mu.Lock()
+			r.lock()
 			offsets = r.dirtyLocked(nil)
-			r.mu.Unlock()
+			r.unlock()
 		}
 		caught = false
 		if len(offsets) == 0 {
@@ -1210,7 +1304,7 @@ func (r *Receiver) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 		}
 		if err != nil {
 			r.logger.Warn("babelqueue/kafka: commit failed; offsets will be committed again", slog.Any("error", err))
-			r.mu.Lock()
+			r.lock()
 			for topic, ps := range offsets {
 				for p := range ps {
 					if st := r.parts[topicPartition{topic, p}]; st != nil {
@@ -1218,7 +1312,7 @@ func (r *Receiver) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 					}
 				}
 			}
-			r.mu.Unlock()
+			r.unlock()
 		}
 	})
 }
@@ -1227,12 +1321,12 @@ func (r *Receiver) commit(ctx context.Context, offsets map[string]map[int32]kgo.
 // the revoke timeout), commits what was settled, and forgets them: later
 // acks of their records are ignored and the new owner receives them again.
 func (r *Receiver) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	r.mu.Lock()
+	r.lock()
 	wait := r.cfg.revokeTimeout
 	if r.closed || r.killed {
 		wait = 0
 	}
-	r.mu.Unlock()
+	r.unlock()
 	r.finish(ctx, revoked, wait, true)
 }
 
@@ -1250,12 +1344,12 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 			case <-time.After(wait):
 			case <-stop:
 			}
-			r.mu.Lock()
+			r.lock()
 			r.cond.Broadcast()
-			r.mu.Unlock()
+			r.unlock()
 		}()
 	}
-	r.mu.Lock()
+	r.lock()
 	// Nothing more of the partitions is handed out from here on: what was
 	// fetched and not taken is left to the next owner, which fetches it
 	// from the committed offset, and a backlog or a record whose delay
@@ -1287,9 +1381,17 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 			}
 		})
 	}
-	for r.busyLocked(parts) && time.Now().Before(deadline) {
+	// An Ack that finds the lock taken while this waits applies its
+	// settle itself (waiters), for cond.Wait lets go of the lock without
+	// applying what is pending.
+	r.waiters.Add(1)
+	for r.drainLocked(); r.busyLocked(parts) && time.Now().Before(deadline); r.drainLocked() {
+		if r.testHookWait != nil {
+			r.testHookWait()
+		}
 		r.cond.Wait()
 	}
+	r.waiters.Add(-1)
 	var offsets map[string]map[int32]kgo.EpochOffset
 	if commit && !r.killed {
 		offsets = r.dirtyLocked(parts)
@@ -1307,7 +1409,7 @@ func (r *Receiver) finish(ctx context.Context, parts map[string][]int32, wait ti
 		delete(r.parts, st.tp)
 	})
 	r.cond.Broadcast()
-	r.mu.Unlock()
+	r.unlock()
 	r.commit(ctx, offsets)
 	// A partition assigned again later starts unpaused.
 	r.resume(paused)
@@ -1428,17 +1530,17 @@ func (e *MissingTopicsError) Error() string {
 func (r *Receiver) Close(ctx context.Context) error {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	r.mu.Lock()
+	r.lock()
 	if r.closed {
-		r.mu.Unlock()
+		r.unlock()
 		return nil
 	}
 	r.closed = true
-	r.mu.Unlock()
+	r.unlock()
 	r.stopCommitLoop()
-	r.mu.Lock()
+	r.lock()
 	offsets := r.dirtyLocked(nil)
-	r.mu.Unlock()
+	r.unlock()
 	r.commit(ctx, offsets)
 	r.cl.CloseAllowingRebalance()
 	return nil
@@ -1446,9 +1548,9 @@ func (r *Receiver) Close(ctx context.Context) error {
 
 // kill closes the client as a crash would: no final commit.
 func (r *Receiver) kill() {
-	r.mu.Lock()
+	r.lock()
 	r.closed, r.killed = true, true
-	r.mu.Unlock()
+	r.unlock()
 	r.stopCommitLoop()
 	r.cl.CloseAllowingRebalance()
 }

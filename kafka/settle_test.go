@@ -456,13 +456,13 @@ func TestNothingHandedOutWhileRevoking(t *testing.T) {
 				r.finish(ctx, map[string][]int32{"t": {0}}, 30*time.Second, false)
 			}()
 			drivertest.WaitUntil(t, 10*time.Second, "the revoke giving up the partition while it waits for the running handler", func() bool {
-				r.mu.Lock()
-				defer r.mu.Unlock()
+				r.lock()
+				defer r.unlock()
 				return revoked.dropped
 			})
 			drivertest.WaitUntil(t, 10*time.Second, "the retry copy's delay passing", func() bool {
-				r.mu.Lock()
-				defer r.mu.Unlock()
+				r.lock()
+				defer r.unlock()
 				return len(r.readyHeld) > 0 || held.gone() // gone: it will never be ready
 			})
 			fetch(r, kept, records(1, 5), 5)

@@ -149,17 +149,17 @@ func bareReceiver(cl *kgo.Client, ordering Ordering, maxUncommitted int) *Receiv
 // fetch adds recs, fetched of st with the high watermark hwm, to what r
 // hands out, as a poll does.
 func fetch(r *Receiver, st *partState, recs []*kgo.Record, hwm int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.lock()
+	defer r.unlock()
 	r.fetchedLocked(st, recs, hwm)
 }
 
 // handOut is what Receive does once its poll returned: up to max
 // deliveries, issued under r.mu and filled once it is released.
 func handOut(r *Receiver, now time.Time, max int) []*driver.Delivery {
-	r.mu.Lock()
+	r.lock()
 	out, _, _ := r.handOutLocked(now, max)
-	r.mu.Unlock()
+	r.unlock()
 	r.fillAll(out)
 	return out
 }
