@@ -389,6 +389,14 @@ func BenchmarkKafka(b *testing.B) {
 					b.Run(p.name, func(b *testing.B) { ms[i].report(b) })
 				}
 			})
+			b.Run("consume=10000/handlers=8-vs-1", func(b *testing.B) {
+				for _, p := range kafkaPeers {
+					b.Run(p.name, func(b *testing.B) {
+						m := kafkaHandlersVersus(b, cl.seeds, p)
+						m.report(b)
+					})
+				}
+			})
 		})
 	}
 }
@@ -404,6 +412,25 @@ func kafkaInterleaved(tb testing.TB, seeds []string) []metrics {
 		pubs[i] = kp
 	}
 	return measureInterleaved(tb, topic, pubs)
+}
+
+// kafkaHandlersVersus is consume=10000 with eight handlers against one,
+// load.versus times each, one after the other (see measureHandlersVersus).
+func kafkaHandlersVersus(b bench, seeds []string, p kafkaPeer) metrics {
+	return measureHandlersVersus(b, func(handlers int) (time.Time, *tally) {
+		topic := createTopic(b, seeds, partitions)
+		pub := p.publisher(b, seeds, defaults)
+		if err := publishBatch(context.Background(), pub, topic, msgs(load.consume, 0)); err != nil {
+			b.Fatal(err)
+		}
+		pub.close()
+		t := newTally(load.consume, 0)
+		began := time.Now()
+		stop := p.consume(b, seeds, topic, freshName("g"), handlers, t.seen)
+		t.wait(b, 5*time.Minute)
+		stop()
+		return began, t
+	})
 }
 
 type kafkaRow struct {
@@ -541,6 +568,11 @@ func TestKafkaRows(t *testing.T) {
 			checkMetrics(t, kafkaPeers[i].name, m)
 		}
 	})
+	for _, p := range kafkaPeers {
+		t.Run("consume/handlers=8-vs-1/"+p.name, func(t *testing.T) {
+			checkMetrics(t, p.name, kafkaHandlersVersus(untimed{t}, clusters[0].seeds, p))
+		})
+	}
 	for _, row := range kafkaRows {
 		for _, p := range kafkaPeers {
 			t.Run(row.name+"/"+p.name, func(t *testing.T) {

@@ -38,6 +38,9 @@ var metrics = []struct {
 	{"p50-µs", true, ""},
 	{"p99-µs", true, ""},
 	{"cpu-µs/msg", true, ""},
+	{"h8/h1-handled", false, "time to all handled, eight handlers over one; below 1, eight were sooner"},
+	{"h8/h1-span", false, "steady span, eight handlers over one; below 1, eight were sooner"},
+	{"h8-sooner-share", false, "share of the pairs in which eight handlers were done sooner"},
 }
 
 var procs = regexp.MustCompile(`-\d+$`)
