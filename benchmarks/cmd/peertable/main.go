@@ -25,22 +25,25 @@ const ours = "babelqueue"
 
 // metrics lists the reported metrics in print order; lower says whether a
 // lower value is better, and note, for a metric neither better nor worse
-// either way, what it tells (its row then has no ratios).
+// either way, what it tells (its row then has no ratios); exact prints its
+// values with two decimals, where a ratio near 1 would otherwise round to
+// one.
 var metrics = []struct {
 	unit  string
 	lower bool
 	note  string
+	exact bool
 }{
-	{"msgs/s", false, ""},
-	{"steady-cpus", false, "CPUs busy over the steady rate's span"},
-	{"handled-ms", true, ""},
-	{"committed-ms", true, ""},
-	{"p50-µs", true, ""},
-	{"p99-µs", true, ""},
-	{"cpu-µs/msg", true, ""},
-	{"h8/h1-handled", false, "time to all handled, eight handlers over one; below 1, eight were sooner"},
-	{"h8/h1-span", false, "steady span, eight handlers over one; below 1, eight were sooner"},
-	{"h8-sooner-share", false, "share of the pairs in which eight handlers were done sooner"},
+	{"msgs/s", false, "", false},
+	{"steady-cpus", false, "CPUs busy over the steady rate's span", false},
+	{"handled-ms", true, "", false},
+	{"committed-ms", true, "", false},
+	{"p50-µs", true, "", false},
+	{"p99-µs", true, "", false},
+	{"cpu-µs/msg", true, "", false},
+	{"h8/h1-handled", false, "time to all handled, eight handlers over one; below 1, eight were sooner", true},
+	{"h8/h1-span", false, "steady span, eight handlers over one; below 1, eight were sooner", true},
+	{"h8-sooner-share", false, "share of the pairs in which eight handlers were done sooner", true},
 }
 
 var procs = regexp.MustCompile(`-\d+$`)
@@ -171,6 +174,10 @@ func (t *table) write(w io.Writer) {
 						continue
 					}
 					v := median(vals[im])
+					if m.exact {
+						fmt.Fprintf(w, " %s |", strconv.FormatFloat(v, 'f', 2, 64))
+						continue
+					}
 					if im == ours || !haveBase || v == 0 || base == 0 || m.note != "" {
 						fmt.Fprintf(w, " %s |", human(v))
 						continue
