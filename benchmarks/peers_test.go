@@ -478,15 +478,17 @@ func measureConsume(b bench, name string, m *metrics, start func(seen func(strin
 	m.add("committed-ms", ms(all))
 }
 
-// measureHandlersVersus asks consume, load.versus times each, for a
-// consume of load.consume messages published ahead with eight handlers and
-// with one (began: when the consumer started; t: what it handled), one after the other, the first of each pair alternating, and
-// returns how the two compare: the medians of the time from the start to
-// all handled and of the steady span (first handled to last), with eight
-// over one, and the share of the pairs in which eight were done sooner.
-// Run minutes apart in their own rows, the two consumes meet a broker and a
-// machine in different moods; side by side, the comparison stands on its
-// own. The timer is stopped on entry and stays stopped.
+// measureHandlersVersus compares eight handlers with one. It asks consume,
+// load.versus times for each, for a consume of load.consume messages
+// published ahead (began: when the consumer started; t: what it handled),
+// one with eight handlers and one with one right after each other, the
+// first of each pair alternating. It returns the medians with eight over
+// the medians with one of the time from the start to all handled and of
+// the steady span (first handled to last), and the share of the pairs in
+// which eight were done sooner. Run minutes apart in rows of their own,
+// the two consumes meet the machine and the broker in different states;
+// side by side, they meet them alike. The timer is stopped on entry and
+// stays stopped.
 func measureHandlersVersus(b bench, consume func(handlers int) (began time.Time, t *tally)) metrics {
 	b.StopTimer()
 	var handled, span [2][]time.Duration // [0]: one handler, [1]: eight
