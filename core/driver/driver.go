@@ -55,6 +55,22 @@ type Sender interface {
 	Send(ctx context.Context, msgs []*Message) error
 }
 
+// Unretaining is implemented by a Sender that keeps no reference to the
+// messages of a Send of two or more, nor to the bytes of their bodies,
+// once that Send has returned: it copied what it needed, or the client it
+// handed them to has let go of them (Kafka: every record's promise has
+// run). The caller may then write over that memory, and
+// queue.Publisher.PublishBatch builds its next batch in the memory of the
+// last. Headers maps and envelopes the messages point to are not reused
+// and may be kept. A Send of a single message is not held to it: it may
+// share a request with other callers' (Coalescer) and return, when its
+// ctx ends, while that request is still in flight.
+type Unretaining interface {
+	// RetainsNothing reports whether that holds for this Sender; a
+	// wrapper answers for the Sender it wraps.
+	RetainsNothing() bool
+}
+
 // BatchError reports which messages of a Send failed.
 type BatchError struct {
 	// Errors has one entry per message; nil entries succeeded.

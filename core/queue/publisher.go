@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/babelqueue/transports/core"
@@ -20,6 +21,9 @@ type Publisher struct {
 	metrics Metrics
 	logger  *slog.Logger
 	headers map[string]string
+	// batches holds the memory of past batches (*batchMemory) for
+	// PublishBatch to build the next in, when snd is driver.Unretaining.
+	batches *sync.Pool
 }
 
 // PublisherOption configures a Publisher.
@@ -49,6 +53,9 @@ func NewPublisher(snd driver.Sender, opts ...PublisherOption) *Publisher {
 	}
 	if p.logger == nil {
 		p.logger = slog.Default()
+	}
+	if u, ok := snd.(driver.Unretaining); ok && u.RetainsNothing() {
+		p.batches = new(sync.Pool)
 	}
 	return p
 }
@@ -199,6 +206,51 @@ var errNoEnvelope = errors.New("babelqueue: no envelope to publish")
 // batch from the size of its first: past it the buffer grows as it fills.
 const maxBatchReserve = 16 << 20
 
+// Past these, the memory of a batch is left to the garbage collector
+// rather than kept for the next: one outsized batch must not pin its
+// memory for as long as the Publisher publishes.
+const (
+	maxPooledBatch       = 16 << 10 // messages
+	maxPooledBatchBodies = 16 << 20 // bytes
+)
+
+// batchMemory is what PublishBatch builds a batch in: the driver messages
+// (one allocation), the slice of pointers to them, and the bodies' buffer.
+type batchMemory struct {
+	slab   []driver.Message
+	msgs   []*driver.Message
+	bodies []byte
+}
+
+// batchMemoryFor returns memory for a batch of n: a past batch's when the
+// Publisher keeps them and one is large enough, else new. It returns nil
+// when the Publisher keeps none, or for a batch of one, whose Send is not
+// held to driver.Unretaining.
+func (p *Publisher) batchMemoryFor(n int) *batchMemory {
+	if p.batches == nil || n < 2 {
+		return nil
+	}
+	if m, _ := p.batches.Get().(*batchMemory); m != nil && cap(m.slab) >= n {
+		m.slab, m.msgs, m.bodies = m.slab[:n], m.msgs[:n], m.bodies[:0]
+		return m
+	}
+	return &batchMemory{slab: make([]driver.Message, n), msgs: make([]*driver.Message, n)}
+}
+
+// keepBatchMemory lets the next batch reuse m (nil: nothing) once its
+// Send has returned, bodies being the buffer the batch's bodies ended up
+// in: the messages are zeroed, so that the memory kept holds on to no
+// envelope or headers map.
+func (p *Publisher) keepBatchMemory(m *batchMemory, bodies []byte) {
+	if m == nil || cap(m.slab) > maxPooledBatch || cap(bodies) > maxPooledBatchBodies {
+		return
+	}
+	clear(m.slab)
+	clear(m.msgs)
+	m.bodies = bodies[:0]
+	p.batches.Put(m)
+}
+
 // PublishBatch sends envelopes in one driver call (drivers batch natively:
 // SendMessageBatch, MessageBatch, produce batches). A partial failure returns
 // a *driver.BatchError whose entries line up with batch.
@@ -206,20 +258,32 @@ const maxBatchReserve = 16 << 20
 // The batch costs a fixed handful of allocations, however long it is: its
 // driver messages share one, and its bodies one buffer (each body capped at
 // its length, so appending to one never reaches the next). A driver that
-// keeps one body after Send keeps the batch's buffer alive with it.
+// keeps one body after Send keeps the batch's buffer alive with it. When
+// the driver keeps nothing (driver.Unretaining), a later batch of two or
+// more is built in the memory of an earlier one and allocates none of
+// its own for its messages and bodies (batches of up to 16,384 messages
+// and 16 MiB of bodies leave their memory for the next).
 func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 	// The batch's messages share one allocation, and so do its bodies: a
 	// batch of n costs a handful of allocations, not 2n.
-	slab := make([]driver.Message, len(batch))
-	msgs := make([]*driver.Message, len(batch))
+	var slab []driver.Message
+	var msgs []*driver.Message
 	var bodies []byte
+	mem := p.batchMemoryFor(len(batch))
+	if mem != nil {
+		slab, msgs, bodies = mem.slab, mem.msgs, mem.bodies
+	} else {
+		slab, msgs = make([]driver.Message, len(batch)), make([]*driver.Message, len(batch))
+	}
 	for i, o := range batch {
 		if o.Envelope == nil {
+			p.keepBatchMemory(mem, bodies)
 			return fmt.Errorf("babelqueue: batch message %d: %w", i, errNoEnvelope)
 		}
 		start := len(bodies)
 		var err error
 		if bodies, err = o.Envelope.AppendEncode(bodies); err != nil {
+			p.keepBatchMemory(mem, bodies)
 			return fmt.Errorf("babelqueue: batch message %d: %w", i, err)
 		}
 		if i == 0 && len(batch) > 1 {
@@ -253,6 +317,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 				slog.String("id", m.Envelope.Meta.ID), slog.Any("error", be.Failed(i)))
 		}
 	}
+	// Only once Send has returned, not on a panic out of it: a driver
+	// that panicked may not have let go of the messages.
+	p.keepBatchMemory(mem, bodies)
 	return err
 }
 
