@@ -200,6 +200,14 @@ func (s *Sender) As(target any) bool {
 	return ok
 }
 
+// RetainsNothing implements driver.Unretaining: a Send of two or more
+// messages returns once franz-go has called every record's promise, and
+// then holds neither the messages nor their bodies, so a Publisher builds
+// its next batch in the same memory. A franz-go hook added with
+// WithClientOptions must not keep a record's Value past its
+// OnProduceRecordUnbuffered call.
+func (s *Sender) RetainsNothing() bool { return true }
+
 // MaxMessageBytes implements driver.SizeLimiter: the producer's batch limit
 // less room for the key and headers.
 func (s *Sender) MaxMessageBytes(string) int { return s.maxBytes - headerRoom }
