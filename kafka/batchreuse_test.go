@@ -29,31 +29,55 @@ import (
 func TestSendReusesBatchMemory(t *testing.T) {
 	topic := newTopics(t, 4)
 	snd := newTestSender(t)
-	const senders, rounds = 4, 6
 	want := map[string]*kgo.Record{} // by message ID
 	var mu sync.Mutex
+	inRounds(t, 4, 6, func(g, r int) error {
+		n := 1 + (g*6+r)*37%150 // 1 to 150, different every round
+		msgs := make([]*driver.Message, n)
+		for i := range msgs {
+			m := drivertest.SizedMessage(t, testURN, topic, 250+i*(r+1))
+			if (i+r)%2 == 0 {
+				m.Key = fmt.Sprint("customer-", g, "-", i%5)
+			}
+			if (i+g)%3 == 0 {
+				m.Headers = map[string]string{"traceparent": fmt.Sprint("00-", g, r, i), "tenant": "t" + fmt.Sprint(r)}
+			}
+			msgs[i] = m
+		}
+		mu.Lock()
+		for _, m := range msgs {
+			want[m.Envelope.Meta.ID] = snd.Record(m)
+		}
+		mu.Unlock()
+		return snd.Send(t.Context(), msgs)
+	})
+	if t.Failed() {
+		return
+	}
+	readRecords(t, topic, len(want), func(rec *kgo.Record) {
+		id, _ := header(rec, HeaderMessageID)
+		w, ok := want[id]
+		switch {
+		case !ok:
+			t.Errorf("record with message ID %q was never sent", id)
+		case !bytes.Equal(rec.Value, w.Value) || !bytes.Equal(rec.Key, w.Key) ||
+			!rec.Timestamp.Equal(w.Timestamp) || !sameHeaderSet(rec.Headers, w.Headers):
+			t.Errorf("message %s arrived as\n %q key %q %v\nwant\n %q key %q %v",
+				id, rec.Value, rec.Key, rec.Headers, w.Value, w.Key, w.Headers)
+		}
+	})
+}
+
+// inRounds runs round(g, r) for rounds r = 0, 1, … on each of workers
+// goroutines g at once, and waits for them; an error fails t and ends its
+// goroutine's rounds.
+func inRounds(t *testing.T, workers, rounds int, round func(g, r int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	for g := range senders {
+	for g := range workers {
 		wg.Go(func() {
 			for r := range rounds {
-				n := 1 + (g*rounds+r)*37%150 // 1 to 150, different every round
-				msgs := make([]*driver.Message, n)
-				for i := range msgs {
-					m := drivertest.SizedMessage(t, testURN, topic, 250+i*(r+1))
-					if (i+r)%2 == 0 {
-						m.Key = fmt.Sprint("customer-", g, "-", i%5)
-					}
-					if (i+g)%3 == 0 {
-						m.Headers = map[string]string{"traceparent": fmt.Sprint("00-", g, r, i), "tenant": "t" + fmt.Sprint(r)}
-					}
-					msgs[i] = m
-				}
-				mu.Lock()
-				for _, m := range msgs {
-					want[m.Envelope.Meta.ID] = snd.Record(m)
-				}
-				mu.Unlock()
-				if err := snd.Send(t.Context(), msgs); err != nil {
+				if err := round(g, r); err != nil {
 					t.Error(err)
 					return
 				}
@@ -61,10 +85,13 @@ func TestSendReusesBatchMemory(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if t.Failed() {
-		return
-	}
+}
 
+// readRecords reads topic from its start until n records came, and calls
+// check with each; it fails t on a fetch error or when fewer came within
+// 30 seconds.
+func readRecords(t *testing.T, topic string, n int, check func(*kgo.Record)) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -74,7 +101,7 @@ func TestSendReusesBatchMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := 0
-	for got < len(want) && ctx.Err() == nil {
+	for got < n && ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		fs.EachError(func(_ string, _ int32, err error) {
 			if ctx.Err() == nil {
@@ -83,20 +110,11 @@ func TestSendReusesBatchMemory(t *testing.T) {
 		})
 		fs.EachRecord(func(rec *kgo.Record) {
 			got++
-			id, _ := header(rec, HeaderMessageID)
-			w, ok := want[id]
-			switch {
-			case !ok:
-				t.Errorf("record with message ID %q was never sent", id)
-			case !bytes.Equal(rec.Value, w.Value) || !bytes.Equal(rec.Key, w.Key) ||
-				!rec.Timestamp.Equal(w.Timestamp) || !sameHeaderSet(rec.Headers, w.Headers):
-				t.Errorf("message %s arrived as\n %q key %q %v\nwant\n %q key %q %v",
-					id, rec.Value, rec.Key, rec.Headers, w.Value, w.Key, w.Headers)
-			}
+			check(rec)
 		})
 	}
-	if got != len(want) {
-		t.Fatalf("read %d records, sent %d", got, len(want))
+	if got != n {
+		t.Fatalf("read %d records, sent %d", got, n)
 	}
 }
 
@@ -183,62 +201,33 @@ func TestPublishBatchReusesMemory(t *testing.T) {
 		t.Fatal("the Sender does not say it keeps nothing")
 	}
 	pub := queue.NewPublisher(snd, queue.WithPublisherLogger(slog.New(slog.DiscardHandler)))
-	const publishers, rounds = 3, 5
 	want := map[string][]byte{} // by message ID
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for g := range publishers {
-		wg.Go(func() {
-			for r := range rounds {
-				n := 2 + (g*rounds+r)*41%120
-				batch := make([]queue.Outgoing, n)
-				for i := range batch {
-					env, err := core.New(testURN, map[string]string{"note": strings.Repeat(string(rune('a'+r)), 20+(i*7+g*13)%400)}, core.WithQueue(topic))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					body, err := env.Encode()
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					mu.Lock()
-					want[env.Meta.ID] = body
-					mu.Unlock()
-					batch[i] = queue.Outgoing{Envelope: env}
-				}
-				if err := pub.PublishBatch(t.Context(), batch); err != nil {
-					t.Error(err)
-					return
-				}
+	inRounds(t, 3, 5, func(g, r int) error {
+		batch := make([]queue.Outgoing, 2+(g*5+r)*41%120)
+		for i := range batch {
+			env, err := core.New(testURN, map[string]string{"note": strings.Repeat(string(rune('a'+r)), 20+(i*7+g*13)%400)}, core.WithQueue(topic))
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
+			body, err := env.Encode()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			want[env.Meta.ID] = body
+			mu.Unlock()
+			batch[i] = queue.Outgoing{Envelope: env}
+		}
+		return pub.PublishBatch(t.Context(), batch)
+	})
 	if t.Failed() {
 		return
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got := 0
-	for got < len(want) && ctx.Err() == nil {
-		fs := cl.PollFetches(ctx)
-		fs.EachRecord(func(rec *kgo.Record) {
-			got++
-			id, _ := header(rec, HeaderMessageID)
-			if w, ok := want[id]; !ok || !bytes.Equal(rec.Value, w) {
-				t.Errorf("message %q arrived as\n %s\nwant\n %s", id, rec.Value, w)
-			}
-		})
-	}
-	if got != len(want) {
-		t.Fatalf("read %d records, published %d", got, len(want))
-	}
+	readRecords(t, topic, len(want), func(rec *kgo.Record) {
+		id, _ := header(rec, HeaderMessageID)
+		if w, ok := want[id]; !ok || !bytes.Equal(rec.Value, w) {
+			t.Errorf("message %q arrived as\n %s\nwant\n %s", id, rec.Value, w)
+		}
+	})
 }
