@@ -377,6 +377,30 @@ func TestSenderForwardsSizeLimit(t *testing.T) {
 	}
 }
 
+// keepsNothing is a sender that says it keeps nothing of a Send.
+type keepsNothing struct{ driver.Sender }
+
+func (keepsNothing) RetainsNothing() bool { return true }
+
+// The wrapper answers driver.Unretaining for the sender it wraps: a
+// Publisher reuses its batches' memory through it only when the wrapped
+// sender keeps nothing.
+func TestSenderForwardsRetainsNothing(t *testing.T) {
+	r := newRig(t)
+	for _, c := range []struct {
+		next driver.Sender
+		want bool
+	}{
+		{r.broker.Sender(), false}, // memqueue says nothing
+		{keepsNothing{r.broker.Sender()}, true},
+	} {
+		u, ok := r.tel.Sender(c.next).(driver.Unretaining)
+		if !ok || u.RetainsNothing() != c.want {
+			t.Errorf("wrapping %T: RetainsNothing %v (implemented: %v), want %v", c.next, ok && u.RetainsNothing(), ok, c.want)
+		}
+	}
+}
+
 // WithPropagator(nil) keeps the W3C default: a publish through the Sender
 // still carries traceparent. Before, it panicked at the first publish.
 func TestNilPropagatorKeepsTheDefault(t *testing.T) {

@@ -48,6 +48,17 @@ func (s *sender) MaxMessageBytes(queue string) int {
 	return 0
 }
 
+// RetainsNothing implements driver.Unretaining for the sender it wraps,
+// which it answers for: true when that sender keeps nothing of a Send
+// once it returned, so that a Publisher reuses a batch's memory through
+// the wrapper as it would without it. The wrapper keeps nothing itself:
+// it gives each message a new headers map and ends its spans before Send
+// returns.
+func (s *sender) RetainsNothing() bool {
+	u, ok := s.next.(interface{ RetainsNothing() bool })
+	return ok && u.RetainsNothing()
+}
+
 // Close closes the wrapped sender when it has a Close method.
 func (s *sender) Close(ctx context.Context) error {
 	switch c := s.next.(type) {
