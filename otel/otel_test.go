@@ -140,6 +140,12 @@ func TestTraceAcrossRetryAndDeadLetter(t *testing.T) {
 	}, append(r.tel.ConsumerOptions(), queue.WithMaxAttempts(3), queue.WithDeadLetter(""), queue.WithRetryMode(queue.RetryRepublish))...)
 	drivertest.WaitUntil(t, 10*time.Second, "the dead-letter copy", func() bool { return r.broker.Len("orders.dlq") == 1 })
 	drivertest.WaitUntil(t, 5*time.Second, "three consumer spans ended", func() bool { return len(r.ended("process orders")) == 3 })
+	// The consumer records an attempt's outcome once it has settled it:
+	// after the dead-letter copy is out and the consumer span has ended.
+	drivertest.WaitUntil(t, 5*time.Second, "the dead-lettered outcome recorded", func() bool {
+		return r.collect(t, "babelqueue.dead_letters", "babelqueue.dead_letter.reason")["failed"] == 1 &&
+			r.collect(t, "messaging.client.consumed.messages", "babelqueue.outcome")["dead_lettered"] == 1
+	})
 
 	sends, procs := r.ended("send orders"), r.ended("process orders")
 	dlq := r.ended("send orders.dlq")
