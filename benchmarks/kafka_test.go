@@ -369,6 +369,19 @@ func readyTopic(tb testing.TB, seeds []string, parts int32) string {
 	return topic
 }
 
+// publishAhead creates a topic of parts partitions and publishes ms to it
+// through p's publisher, for a consume row to read.
+func publishAhead(tb testing.TB, seeds []string, p kafkaPeer, parts int32, ms []msg) string {
+	tb.Helper()
+	topic := createTopic(tb, seeds, parts)
+	pub := p.publisher(tb, seeds, defaults)
+	defer pub.close()
+	if err := publishBatch(context.Background(), pub, topic, ms); err != nil {
+		tb.Fatal(err)
+	}
+	return topic
+}
+
 // committed reports whether group has committed n offsets on topic.
 func committed(ctx context.Context, adm *kadm.Client, group, topic string, n int64) bool {
 	offs, err := adm.FetchOffsets(ctx, group)
@@ -444,12 +457,7 @@ func kafkaInterleaved(tb testing.TB, seeds []string) []metrics {
 // load.versus times each, one after the other (see measureHandlersVersus).
 func kafkaHandlersVersus(b bench, seeds []string, p kafkaPeer) metrics {
 	return measureHandlersVersus(b, func(handlers int) (time.Time, *tally) {
-		topic := createTopic(b, seeds, partitions)
-		pub := p.publisher(b, seeds, defaults)
-		if err := publishBatch(context.Background(), pub, topic, msgs(load.consume, 0)); err != nil {
-			b.Fatal(err)
-		}
-		pub.close()
+		topic := publishAhead(b, seeds, p, partitions, msgs(load.consume, 0))
 		t := newTally(load.consume, 0)
 		began := time.Now()
 		stop := p.consume(b, seeds, topic, freshName("g"), handlers, t.seen)
@@ -505,12 +513,7 @@ func rowBatchPublish(b bench, seeds []string, p kafkaPeer, m *metrics, prebuilt 
 // handled and to all committed.
 func rowConsume(b bench, seeds []string, p kafkaPeer, m *metrics, handlers int) {
 	b.StopTimer()
-	topic := createTopic(b, seeds, partitions)
-	pub := p.publisher(b, seeds, defaults)
-	if err := publishBatch(context.Background(), pub, topic, msgs(load.consume, 0)); err != nil {
-		b.Fatal(err)
-	}
-	pub.close()
+	topic := publishAhead(b, seeds, p, partitions, msgs(load.consume, 0))
 	adm, closeAdm := admin(b, seeds)
 	defer closeAdm()
 	group := freshName("g")
@@ -569,12 +572,7 @@ func admin(tb testing.TB, seeds []string) (*kadm.Client, func()) {
 
 func rowKeyed(b bench, seeds []string, p kafkaPeer, m *metrics) {
 	b.StopTimer()
-	topic := createTopic(b, seeds, 1)
-	pub := p.publisher(b, seeds, defaults)
-	if err := publishBatch(context.Background(), pub, topic, msgs(load.keyed, keyedKeys)); err != nil {
-		b.Fatal(err)
-	}
-	pub.close()
+	topic := publishAhead(b, seeds, p, 1, msgs(load.keyed, keyedKeys))
 	t := newTally(load.keyed, load.keyedWork)
 	b.StartTimer()
 	stop := p.consume(b, seeds, topic, freshName("g"), keyedHandlers, t.seen)

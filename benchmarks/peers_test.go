@@ -43,7 +43,7 @@ type workload struct {
 	latency     int           // messages for end-to-end latency, one every latencyPace
 	keyed       int           // messages on one partition with keyedKeys keys
 	keyedWork   time.Duration // what each keyed message costs its handler
-	versus      int           // consumes with one handler and with eight, each
+	versus      int           // consumes with one handler and with eight, each (odd: medians are taken)
 }
 
 // load is what the benchmarks run: small enough that a -benchtime 1x run of
@@ -391,9 +391,7 @@ func measureBatchPublish(b bench, dest string, pub publisher, m *metrics, prebui
 	}
 	slices.Sort(rates)
 	m.add("msgs/s", rates[len(rates)/2])
-	if cpu > 0 {
-		m.add("cpu-µs/msg", float64(cpu)/float64(time.Microsecond)/float64(load.batchRounds*load.batch))
-	}
+	m.addCPUSpent(cpu, load.batchRounds*load.batch)
 }
 
 // bqPublisher is this project's Publisher on any driver.
@@ -509,11 +507,8 @@ func measureHandlersVersus(b bench, consume func(handlers int) (began time.Time,
 			faster++
 		}
 	}
-	median := func(d []time.Duration) float64 {
+	median := func(d []time.Duration) float64 { // load.versus is odd
 		slices.Sort(d)
-		if n := len(d); n%2 == 0 {
-			return float64(d[n/2-1]+d[n/2]) / 2
-		}
 		return float64(d[len(d)/2])
 	}
 	var m metrics
@@ -602,7 +597,15 @@ func (m *metrics) addCPU(began time.Duration, n int) {
 	if began == 0 {
 		return
 	}
-	m.add("cpu-µs/msg", float64(cpuTime()-began)/float64(time.Microsecond)/float64(n))
+	m.addCPUSpent(cpuTime()-began, n)
+}
+
+// addCPUSpent adds the cpu-µs/msg metric for cpu spent on n messages;
+// nothing for none (where cpuTime measures nothing).
+func (m *metrics) addCPUSpent(cpu time.Duration, n int) {
+	if cpu > 0 {
+		m.add("cpu-µs/msg", float64(cpu)/float64(time.Microsecond)/float64(n))
+	}
 }
 
 func (m *metrics) add(name string, v float64) {
