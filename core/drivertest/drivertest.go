@@ -4,7 +4,8 @@
 // projection intact, retry raising attempts, dead-letter keeping the
 // original, poison quarantined, the four unknown-URN strategies,
 // at-least-once after a consumer crash, no loss on graceful shutdown,
-// bounded concurrency, and ordering where the driver promises it.
+// bounded concurrency, batches intact when the Publisher reuses their
+// memory, and ordering where the driver promises it.
 package drivertest
 
 import (
@@ -68,6 +69,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AtLeastOnceAfterCrash", s.atLeastOnceAfterCrash)
 	t.Run("NoLossOnGracefulShutdown", s.noLossOnShutdown)
 	t.Run("ConcurrencyLimit", s.concurrencyLimit)
+	t.Run("PublishBatchReusesMemory", s.publishBatchReusesMemory)
 	if h.Ordered {
 		t.Run("OrderingPerKey", s.orderingPerKey)
 		t.Run("StuckKeyLeavesOtherKeysRunning", s.stuckKey)
