@@ -101,6 +101,15 @@ func (s *Sender) As(target any) bool {
 	return ok
 }
 
+// RetainsNothing implements driver.Unretaining: a Send of two or more
+// messages returns once every message batch (or message) it made was sent
+// or failed, and azservicebus encodes each message into the batch, or
+// go-amqp into its transfer frames, as it is added; so the Send then
+// holds neither the messages nor their bodies, and a Publisher builds its
+// next batch in the same memory. A function given to WithSessionFallback
+// must not keep the message it is called with.
+func (s *Sender) RetainsNothing() bool { return true }
+
 // SenderOption configures a Sender.
 type SenderOption func(*Sender)
 

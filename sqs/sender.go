@@ -206,6 +206,14 @@ func (s *Sender) As(target any) bool {
 	return false
 }
 
+// RetainsNothing implements driver.Unretaining: a Send of two or more
+// messages copies each body into its request's MessageBody and returns
+// once every request it made has returned, so it then holds neither the
+// messages nor their bodies, and a Publisher builds its next batch in the
+// same memory. A function given to WithGroupFunc must not keep the message
+// it is called with.
+func (s *Sender) RetainsNothing() bool { return true }
+
 // entry is one message ready to send.
 type entry struct {
 	in  *awssqs.SendMessageInput
