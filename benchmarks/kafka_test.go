@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -422,12 +423,14 @@ func BenchmarkKafka(b *testing.B) {
 					}
 				})
 			}
-			b.Run("sync-publish/interleaved", func(b *testing.B) {
-				ms := kafkaInterleaved(b, cl.seeds)
-				for i, p := range kafkaPeers {
-					b.Run(p.name, func(b *testing.B) { ms[i].report(b) })
-				}
-			})
+			for _, row := range kafkaTurnRows {
+				b.Run(row.name, func(b *testing.B) {
+					peers, ms := row.run(b, cl.seeds)
+					for i, p := range peers {
+						b.Run(p.name, func(b *testing.B) { ms[i].report(b) })
+					}
+				})
+			}
 			b.Run("consume=10000/handlers=8-vs-1", func(b *testing.B) {
 				for _, p := range kafkaPeers {
 					b.Run(p.name, func(b *testing.B) {
@@ -438,6 +441,30 @@ func BenchmarkKafka(b *testing.B) {
 			})
 		})
 	}
+}
+
+// kafkaTurnRows are the rows whose implementations take turns on one
+// cluster in the same run, each returning the implementations it ran and
+// their metrics.
+var kafkaTurnRows = []struct {
+	name string
+	run  func(b bench, seeds []string) ([]kafkaPeer, []metrics)
+}{
+	{"sync-publish/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
+		return kafkaPeers, kafkaInterleaved(b, seeds)
+	}},
+	{"batch=10000/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
+		return kafkaBatchInTurns(b, seeds, false)
+	}},
+	{"batch=10000/prebuilt/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
+		return kafkaBatchInTurns(b, seeds, true)
+	}},
+	{"consume=10000/handlers=1/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
+		return kafkaPeers, kafkaConsumeInTurns(b, seeds, 1)
+	}},
+	{"consume=10000/handlers=8/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
+		return kafkaPeers, kafkaConsumeInTurns(b, seeds, 8)
+	}},
 }
 
 // kafkaInterleaved is sync-publish with every implementation publishing in
@@ -451,6 +478,32 @@ func kafkaInterleaved(tb testing.TB, seeds []string) []metrics {
 		pubs[i] = kp
 	}
 	return measureInterleaved(tb, topic, pubs)
+}
+
+// kafkaBatchInTurns is batch=10000 with this project and the raw client
+// taking turns on one topic (measureBatchInTurns). Watermill, whose batch
+// publish is a loop of synchronous publishes at a tenth of their rate or
+// less (the batch rows), sits it out: its turns would take most of the
+// row's time.
+func kafkaBatchInTurns(b bench, seeds []string, prebuilt bool) ([]kafkaPeer, []metrics) {
+	b.StopTimer()
+	peers := slices.DeleteFunc(slices.Clone(kafkaPeers), func(p kafkaPeer) bool { return p.name == "watermill" })
+	pubs := make([]publisher, len(peers))
+	for i, p := range peers {
+		kp := p.publisher(b, seeds, defaults)
+		defer kp.close()
+		pubs[i] = kp
+	}
+	return peers, measureBatchInTurns(b, readyTopic(b, seeds, partitions), pubs, prebuilt)
+}
+
+// kafkaConsumeInTurns is consume=10000 with every implementation taking
+// turns (inTurns), load.versus consumes each, each of messages it
+// published ahead to a topic of its own.
+func kafkaConsumeInTurns(b bench, seeds []string, handlers int) []metrics {
+	ms := make([]metrics, len(kafkaPeers))
+	inTurns(load.versus, len(kafkaPeers), func(i int) { rowConsume(b, seeds, kafkaPeers[i], &ms[i], handlers) })
+	return ms
 }
 
 // kafkaHandlersVersus is consume=10000 with eight handlers against one,
@@ -587,11 +640,14 @@ func rowKeyed(b bench, seeds []string, p kafkaPeer, m *metrics) {
 func TestKafkaRows(t *testing.T) {
 	defer func(w workload) { load = w }(load)
 	load = small
-	t.Run("sync-publish/interleaved", func(t *testing.T) {
-		for i, m := range kafkaInterleaved(t, clusters[0].seeds) {
-			checkMetrics(t, kafkaPeers[i].name, m)
-		}
-	})
+	for _, row := range kafkaTurnRows {
+		t.Run(row.name, func(t *testing.T) {
+			peers, ms := row.run(untimed{t}, clusters[0].seeds)
+			for i, m := range ms {
+				checkMetrics(t, peers[i].name, m)
+			}
+		})
+	}
 	for _, p := range kafkaPeers {
 		t.Run("consume/handlers=8-vs-1/"+p.name, func(t *testing.T) {
 			checkMetrics(t, p.name, kafkaHandlersVersus(untimed{t}, clusters[0].seeds, p))

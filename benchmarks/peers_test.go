@@ -43,7 +43,7 @@ type workload struct {
 	latency     int           // messages for end-to-end latency, one every latencyPace
 	keyed       int           // messages on one partition with keyedKeys keys
 	keyedWork   time.Duration // what each keyed message costs its handler
-	versus      int           // consumes with one handler and with eight, each (odd: medians are taken)
+	versus      int           // turns of each side in the rows that take turns (odd: medians are taken)
 }
 
 // load is what the benchmarks run: small enough that a -benchtime 1x run of
@@ -350,48 +350,84 @@ func measureConcurrentPublish(b bench, dest string, pub publisher, m *metrics) {
 
 // measureBatchPublish times load.batchRounds batched publishes of
 // load.batch messages each, one after another, after one untimed publish
-// that connects and learns the metadata, and reports the median rate: each
-// takes only tens of milliseconds, where one garbage collection or one
-// scheduling hiccup would move a single one by several times. Timed are
-// building the messages and sending them, or with prebuilt only sending
-// them (this project's Publisher still encodes its envelopes then, as it
-// always does; the raw client sends encoded envelopes). The timer is
-// stopped on entry.
+// that connects and learns the metadata; the row reports their median:
+// each takes only tens of milliseconds, where one garbage collection or
+// one scheduling hiccup would move a single one by several times. The
+// timer is stopped on entry.
 func measureBatchPublish(b bench, dest string, pub publisher, m *metrics, prebuilt bool) {
-	ctx := context.Background()
-	if err := pub.publish(ctx, dest, msg{}); err != nil {
-		b.Fatal(err)
+	warmPublisher(b, dest, pub)
+	batch := msgs(load.batch, 0)
+	for range load.batchRounds {
+		timeBatch(b, dest, pub, m, batch, prebuilt)
+	}
+}
+
+// measureBatchInTurns is measureBatchPublish with pubs taking turns
+// (inTurns), load.versus × load.batchRounds batches each, to the same
+// dest; it returns the metrics of each.
+func measureBatchInTurns(b bench, dest string, pubs []publisher, prebuilt bool) []metrics {
+	for _, pub := range pubs {
+		warmPublisher(b, dest, pub)
 	}
 	batch := msgs(load.batch, 0)
-	rates := make([]float64, 0, load.batchRounds)
-	var cpu time.Duration
-	for range load.batchRounds {
-		var send func(context.Context) error
-		if prebuilt {
-			var err error
-			if send, err = pub.prepareBatch(dest, batch); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StartTimer()
-		began, start := cpuTime(), time.Now()
+	ms := make([]metrics, len(pubs))
+	inTurns(load.versus*load.batchRounds, len(pubs), func(i int) {
+		timeBatch(b, dest, pubs[i], &ms[i], batch, prebuilt)
+	})
+	return ms
+}
+
+// warmPublisher publishes one message to dest, untimed, so that pub has
+// connected and learnt dest's metadata before it is timed.
+func warmPublisher(tb testing.TB, dest string, pub publisher) {
+	if err := pub.publish(context.Background(), dest, msg{}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// timeBatch times one batched publish of batch to dest and adds its rate
+// and CPU a message to m. Timed are building the messages and sending
+// them, or with prebuilt only sending them (this project's Publisher
+// still encodes its envelopes then, as it always does; the raw client
+// sends encoded envelopes). The timer is stopped on entry and on return.
+func timeBatch(b bench, dest string, pub publisher, m *metrics, batch []msg, prebuilt bool) {
+	ctx := context.Background()
+	var send func(context.Context) error
+	if prebuilt {
 		var err error
-		if prebuilt {
-			err = send(ctx)
-		} else {
-			err = publishBatch(ctx, pub, dest, batch)
-		}
-		took := time.Since(start)
-		cpu += cpuTime() - began
-		b.StopTimer()
-		if err != nil {
+		if send, err = pub.prepareBatch(dest, batch); err != nil {
 			b.Fatal(err)
 		}
-		rates = append(rates, float64(load.batch)/took.Seconds())
 	}
-	slices.Sort(rates)
-	m.add("msgs/s", rates[len(rates)/2])
-	m.addCPUSpent(cpu, load.batchRounds*load.batch)
+	b.StartTimer()
+	began, start := cpuTime(), time.Now()
+	var err error
+	if prebuilt {
+		err = send(ctx)
+	} else {
+		err = publishBatch(ctx, pub, dest, batch)
+	}
+	took := time.Since(start)
+	cpu := cpuTime() - began
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.add("msgs/s", float64(len(batch))/took.Seconds())
+	m.addCPUSpent(cpu, len(batch))
+}
+
+// inTurns runs rounds rounds in which each of n implementations runs once
+// (run(i) for implementation i), the first of a round rotating. A broker or
+// a machine that speeds up or slows down during a row then moves every
+// implementation alike, where rows that run one implementation after
+// another favour whichever ran at the better moment.
+func inTurns(rounds, n int, run func(i int)) {
+	for r := range rounds {
+		for k := range n {
+			run((r + k) % n)
+		}
+	}
 }
 
 // bqPublisher is this project's Publisher on any driver.
@@ -507,13 +543,9 @@ func measureHandlersVersus(b bench, consume func(handlers int) (began time.Time,
 			faster++
 		}
 	}
-	median := func(d []time.Duration) float64 { // load.versus is odd
-		slices.Sort(d)
-		return float64(d[len(d)/2])
-	}
 	var m metrics
-	m.add("h8/h1-handled", median(handled[1])/median(handled[0]))
-	m.add("h8/h1-span", median(span[1])/median(span[0]))
+	m.add("h8/h1-handled", medianDuration(handled[1])/medianDuration(handled[0]))
+	m.add("h8/h1-span", medianDuration(span[1])/medianDuration(span[0]))
 	m.add("h8-sooner-share", float64(faster)/float64(load.versus))
 	return m
 }
@@ -586,8 +618,7 @@ func warmUp(b *testing.B, server string, run func()) {
 
 // metrics averages named metrics over a benchmark's iterations.
 type metrics struct {
-	sum map[string]float64
-	n   map[string]int
+	vals map[string][]float64
 }
 
 // addCPU adds the cpu-µs/msg metric: the process's CPU time since began
@@ -609,28 +640,44 @@ func (m *metrics) addCPUSpent(cpu time.Duration, n int) {
 }
 
 func (m *metrics) add(name string, v float64) {
-	if m.sum == nil {
-		m.sum, m.n = map[string]float64{}, map[string]int{}
+	if m.vals == nil {
+		m.vals = map[string][]float64{}
 	}
-	m.sum[name] += v
-	m.n[name]++
+	m.vals[name] = append(m.vals[name], v)
 }
 
+// report reports the median of each metric's values (the mean of the two
+// middle ones for an even count).
 func (m *metrics) report(b *testing.B) {
-	for k, v := range m.sum {
-		b.ReportMetric(v/float64(m.n[k]), k)
+	for k, v := range m.vals {
+		b.ReportMetric(median(v), k)
 	}
+}
+
+func medianDuration(d []time.Duration) float64 {
+	v := make([]float64, len(d))
+	for i, x := range d {
+		v[i] = float64(x)
+	}
+	return median(v)
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return (s[(len(s)-1)/2] + s[len(s)/2]) / 2
 }
 
 // checkMetrics fails t unless impl's row reported metrics, all positive.
 func checkMetrics(t *testing.T, impl string, m metrics) {
 	t.Helper()
-	if len(m.sum) == 0 {
+	if len(m.vals) == 0 {
 		t.Errorf("%s: the row reported no metric", impl)
 	}
-	for k, v := range m.sum {
-		if v < 0 || v == 0 && !mayBeZero[k] {
-			t.Errorf("%s: %s = %v", impl, k, v)
+	for k, vs := range m.vals {
+		for _, v := range vs {
+			if v < 0 || v == 0 && !mayBeZero[k] {
+				t.Errorf("%s: %s = %v", impl, k, v)
+			}
 		}
 	}
 }

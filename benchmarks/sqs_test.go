@@ -233,13 +233,35 @@ func BenchmarkSQS(b *testing.B) {
 				}
 			})
 		}
-		b.Run("sync-publish/interleaved", func(b *testing.B) {
-			ms := sqsInterleaved(b, api)
-			for i, p := range sqsPeers {
-				b.Run(p.name, func(b *testing.B) { ms[i].report(b) })
-			}
-		})
+		for _, row := range sqsTurnRows {
+			b.Run(row.name, func(b *testing.B) {
+				ms := row.run(b, api)
+				for i, p := range sqsPeers {
+					b.Run(p.name, func(b *testing.B) { ms[i].report(b) })
+				}
+			})
+		}
 	})
+}
+
+// sqsTurnRows are the rows whose implementations take turns in the same
+// run, each returning the metrics of every one of sqsPeers.
+var sqsTurnRows = []struct {
+	name string
+	run  func(b bench, api *awssqs.Client) []metrics
+}{
+	{"sync-publish/interleaved", func(b bench, api *awssqs.Client) []metrics { return sqsInterleaved(b, api) }},
+	{"consume=10000/handlers=1/interleaved", func(b bench, api *awssqs.Client) []metrics { return sqsConsumeInTurns(b, api, 1) }},
+	{"consume=10000/handlers=8/interleaved", func(b bench, api *awssqs.Client) []metrics { return sqsConsumeInTurns(b, api, 8) }},
+}
+
+// sqsConsumeInTurns is consume=10000 with both implementations taking
+// turns (inTurns), load.versus consumes each, each of messages it
+// published ahead to a queue of its own.
+func sqsConsumeInTurns(b bench, api *awssqs.Client, handlers int) []metrics {
+	ms := make([]metrics, len(sqsPeers))
+	inTurns(load.versus, len(sqsPeers), func(i int) { sqsConsume(b, api, sqsPeers[i], &ms[i], handlers) })
+	return ms
 }
 
 // sqsInterleaved is sync-publish with both implementations publishing in
@@ -316,11 +338,13 @@ func TestSQSRows(t *testing.T) {
 	api := sqsClient(t)
 	defer func(w workload) { load = w }(load)
 	load = small
-	t.Run("sync-publish/interleaved", func(t *testing.T) {
-		for i, m := range sqsInterleaved(t, api) {
-			checkMetrics(t, sqsPeers[i].name, m)
-		}
-	})
+	for _, row := range sqsTurnRows {
+		t.Run(row.name, func(t *testing.T) {
+			for i, m := range row.run(untimed{t}, api) {
+				checkMetrics(t, sqsPeers[i].name, m)
+			}
+		})
+	}
 	for _, row := range sqsRows {
 		for _, p := range sqsPeers {
 			t.Run(row.name+"/"+p.name, func(t *testing.T) {
