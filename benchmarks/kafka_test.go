@@ -465,6 +465,11 @@ var kafkaTurnRows = []struct {
 	{"consume=10000/handlers=8/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
 		return kafkaPeers, kafkaConsumeInTurns(b, seeds, 8)
 	}},
+	{"latency/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
+		ms := make([]metrics, len(kafkaPeers))
+		inTurns(load.versus, len(kafkaPeers), func(i int) { rowLatency(b, seeds, kafkaPeers[i], &ms[i]) })
+		return kafkaPeers, ms
+	}},
 }
 
 // kafkaInterleaved is sync-publish with every implementation publishing in
