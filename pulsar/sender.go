@@ -65,7 +65,10 @@ func WithProducerOptions(fn func(*pulsar.ProducerOptions)) SenderOption {
 
 // Sender publishes envelopes through one producer per topic, created on
 // first use and cached, up to WithMaxProducers of them. It implements
-// driver.Sender.
+// driver.Sender. It does not implement driver.Unretaining: a Send that
+// returns when its ctx ends leaves its messages with the producer, which
+// still reads their payloads until it has sent them, so a Publisher builds
+// every batch in memory of its own.
 type Sender struct {
 	client    pulsar.Client
 	cfg       config
