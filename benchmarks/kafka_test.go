@@ -467,7 +467,7 @@ var kafkaTurnRows = []struct {
 	}},
 	{"latency/interleaved", func(b bench, seeds []string) ([]kafkaPeer, []metrics) {
 		ms := make([]metrics, len(kafkaPeers))
-		inTurns(load.versus, len(kafkaPeers), func(i int) { rowLatency(b, seeds, kafkaPeers[i], &ms[i]) })
+		inTurns(load.versus, len(kafkaPeers), func(_, i int) { rowLatency(b, seeds, kafkaPeers[i], &ms[i]) })
 		return kafkaPeers, ms
 	}},
 }
@@ -507,7 +507,7 @@ func kafkaBatchInTurns(b bench, seeds []string, prebuilt bool) ([]kafkaPeer, []m
 // published ahead to a topic of its own.
 func kafkaConsumeInTurns(b bench, seeds []string, handlers int) []metrics {
 	ms := make([]metrics, len(kafkaPeers))
-	inTurns(load.versus, len(kafkaPeers), func(i int) { rowConsume(b, seeds, kafkaPeers[i], &ms[i], handlers) })
+	inTurns(load.versus, len(kafkaPeers), func(_, i int) { rowConsume(b, seeds, kafkaPeers[i], &ms[i], handlers) })
 	return ms
 }
 

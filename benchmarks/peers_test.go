@@ -290,20 +290,15 @@ func measureInterleaved(tb testing.TB, dest string, pubs []publisher) []metrics 
 	ctx := context.Background()
 	lat := make([][]time.Duration, len(pubs))
 	for _, p := range pubs {
-		if err := p.publish(ctx, dest, msg{}); err != nil {
+		warmPublisher(tb, dest, p)
+	}
+	inTurns(load.syncPublish, len(pubs), func(i, j int) {
+		start := time.Now()
+		if err := pubs[j].publish(ctx, dest, msg{seq: i}); err != nil {
 			tb.Fatal(err)
 		}
-	}
-	for i := range load.syncPublish {
-		for k := range pubs {
-			j := (i + k) % len(pubs)
-			start := time.Now()
-			if err := pubs[j].publish(ctx, dest, msg{seq: i}); err != nil {
-				tb.Fatal(err)
-			}
-			lat[j] = append(lat[j], time.Since(start))
-		}
-	}
+		lat[j] = append(lat[j], time.Since(start))
+	})
 	out := make([]metrics, len(pubs))
 	for j, l := range lat {
 		var total time.Duration
@@ -371,7 +366,7 @@ func measureBatchInTurns(b bench, dest string, pubs []publisher, prebuilt bool) 
 	}
 	batch := msgs(load.batch, 0)
 	ms := make([]metrics, len(pubs))
-	inTurns(load.versus*load.batchRounds, len(pubs), func(i int) {
+	inTurns(load.versus*load.batchRounds, len(pubs), func(_, i int) {
 		timeBatch(b, dest, pubs[i], &ms[i], batch, prebuilt)
 	})
 	return ms
@@ -418,14 +413,14 @@ func timeBatch(b bench, dest string, pub publisher, m *metrics, batch []msg, pre
 }
 
 // inTurns runs rounds rounds in which each of n implementations runs once
-// (run(i) for implementation i), the first of a round rotating. A broker or
-// a machine that speeds up or slows down during a row then moves every
-// implementation alike, where rows that run one implementation after
-// another favour whichever ran at the better moment.
-func inTurns(rounds, n int, run func(i int)) {
+// (run(r, i) in round r for implementation i), the first of a round
+// rotating. A broker or a machine that speeds up or slows down during a
+// row then moves every implementation alike, where rows that run one
+// implementation after another favour whichever ran at the better moment.
+func inTurns(rounds, n int, run func(r, i int)) {
 	for r := range rounds {
 		for k := range n {
-			run((r + k) % n)
+			run(r, (r+k)%n)
 		}
 	}
 }
@@ -525,27 +520,22 @@ func measureConsume(b bench, name string, m *metrics, start func(seen func(strin
 // stays stopped.
 func measureHandlersVersus(b bench, consume func(handlers int) (began time.Time, t *tally)) metrics {
 	b.StopTimer()
-	var handled, span [2][]time.Duration // [0]: one handler, [1]: eight
+	handlers := [2]int{8, 1}
+	var handled, span [2][]time.Duration // [0]: eight handlers, [1]: one
+	inTurns(load.versus, 2, func(_, k int) {
+		began, t := consume(handlers[k])
+		handled[k] = append(handled[k], t.last.Sub(began))
+		span[k] = append(span[k], t.last.Sub(t.first))
+	})
 	faster := 0
-	for i := range load.versus {
-		order := []int{1, 0}
-		if i%2 == 1 {
-			order = []int{0, 1}
-		}
-		var took [2]time.Duration
-		for _, k := range order {
-			began, t := consume([]int{1, 8}[k])
-			took[k] = t.last.Sub(began)
-			handled[k] = append(handled[k], took[k])
-			span[k] = append(span[k], t.last.Sub(t.first))
-		}
-		if took[1] < took[0] {
+	for r := range load.versus {
+		if handled[0][r] < handled[1][r] {
 			faster++
 		}
 	}
 	var m metrics
-	m.add("h8/h1-handled", medianDuration(handled[1])/medianDuration(handled[0]))
-	m.add("h8/h1-span", medianDuration(span[1])/medianDuration(span[0]))
+	m.add("h8/h1-handled", medianDuration(handled[0])/medianDuration(handled[1]))
+	m.add("h8/h1-span", medianDuration(span[0])/medianDuration(span[1]))
 	m.add("h8-sooner-share", float64(faster)/float64(load.versus))
 	return m
 }

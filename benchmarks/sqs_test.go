@@ -260,7 +260,7 @@ var sqsTurnRows = []struct {
 // published ahead to a queue of its own.
 func sqsConsumeInTurns(b bench, api *awssqs.Client, handlers int) []metrics {
 	ms := make([]metrics, len(sqsPeers))
-	inTurns(load.versus, len(sqsPeers), func(i int) { sqsConsume(b, api, sqsPeers[i], &ms[i], handlers) })
+	inTurns(load.versus, len(sqsPeers), func(_, i int) { sqsConsume(b, api, sqsPeers[i], &ms[i], handlers) })
 	return ms
 }
 

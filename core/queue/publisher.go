@@ -306,8 +306,8 @@ func (p *Publisher) PublishBatch(ctx context.Context, batch []Outgoing) error {
 		at += n
 	}
 	err := p.snd.Send(ctx, msgs)
+	be, ok := err.(*driver.BatchError)
 	for i, m := range msgs {
-		be, ok := err.(*driver.BatchError)
 		if (ok && be.Failed(i) == nil) || err == nil {
 			p.metrics.Published(m.Queue, m.Envelope.URN, 1)
 			p.published(ctx, m)
