@@ -16,6 +16,8 @@ import (
 // goroutine per message. A delivery without an ordering key goes to any free
 // worker; a delivery with one joins the lane of its key, whose deliveries
 // run one at a time in receive order, so a key never runs twice at once.
+// A pool of one worker has no lanes: it runs every delivery in receive
+// order, which keeps each key's order at no cost.
 //
 // Every delivery received and not finished holds a slot: a pending one (at
 // most limit of them, which bound what stops the receive loop), or, for a
@@ -126,7 +128,7 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 	}
 	defer d.mu.Unlock()
 	d.pending++
-	if key := del.OrderingKey; key != "" {
+	if key := d.key(del); key != "" {
 		if l, ok := d.lanes[key]; ok {
 			w := waiting{del: del}
 			if d.backlog < d.maxBacklog && len(del.Body) <= d.maxBytes-d.bytes {
@@ -204,7 +206,7 @@ func (d *dispatcher) worker(slot *workerSlot) {
 			d.mu.Unlock()
 			return
 		}
-		for del := d.queue.pop(); del != nil; del = d.nextLocked(del.OrderingKey) {
+		for del := d.queue.pop(); del != nil; del = d.nextLocked(d.key(del)) {
 			d.mu.Unlock()
 			d.handle(del, slot)
 			d.mu.Lock()
@@ -244,6 +246,15 @@ func (d *dispatcher) nextLocked(key string) *driver.Delivery {
 	}
 	d.freeLocked()
 	return nil
+}
+
+// key is the lane del joins: its ordering key, or none when the pool has
+// one worker, which runs every delivery in receive order anyway.
+func (d *dispatcher) key(del *driver.Delivery) string {
+	if d.size == 1 {
+		return ""
+	}
+	return del.OrderingKey
 }
 
 // freeLocked gives up a pending slot, and wakes dispatch if it waits for

@@ -144,6 +144,46 @@ func TestDispatchKeyedPool(t *testing.T) {
 	}
 }
 
+// TestOneHandlerRunsInReceiveOrder: one handler runs keyed and unkeyed
+// deliveries, mixed, in exactly the order they were received, which keeps
+// every key's order; it does not send a key's next delivery behind the
+// deliveries received after it.
+func TestOneHandlerRunsInReceiveOrder(t *testing.T) {
+	const n = 300
+	d := &scriptDriver{}
+	for i := range n {
+		e, _ := core.New("urn:babel:orders:created", map[string]any{"seq": i}, core.WithQueue("orders"))
+		body, _ := e.Encode()
+		key := ""
+		if i%5 != 0 {
+			key = fmt.Sprintf("k%d", i%3) // runs of a key, interleaved with others
+		}
+		d.queue = append(d.queue, &driver.Delivery{Body: body, Queue: "orders", OrderingKey: key,
+			Native: core.NativeAttempts{Known: true}})
+	}
+	var order []int
+	var handled atomic.Int32
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(32),
+		queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
+		var p struct{ Seq int }
+		if err := m.Envelope.DecodeData(&p); err != nil {
+			return err
+		}
+		order = append(order, p.Seq) // one handler: no two calls at once
+		handled.Add(1)
+		return nil
+	})
+	if err := run(t, c, func() bool { return handled.Load() == n }); err != nil {
+		t.Fatal(err)
+	}
+	for i, seq := range order {
+		if seq != i {
+			t.Fatalf("handled %d as the %dth delivery; the order was %v", seq, i, order[:i+1])
+		}
+	}
+}
+
 // returnDriver is a scriptDriver whose Return takes a while, as a broker
 // round trip does, and counts what comes back.
 type returnDriver struct {
