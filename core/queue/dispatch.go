@@ -52,20 +52,57 @@ type dispatcher struct {
 	idle     sync.Cond // idle workers wait on it, with mu
 	queue    ring
 	lanes    map[string]*lane
-	pending  int  // pending slots held
-	backlog  int  // backlog slots held
-	bytes    int  // of the bodies holding backlog slots
-	full     bool // dispatch waits for a pending slot (space)
-	workers  int  // started so far; they run until the dispatcher closes
-	asleep   int  // workers waiting on idle
-	woken    int  // of them, signalled and not yet running
-	starting int  // workers started and not yet running
+	spare    []*lane // emptied lanes, for the next keys
+	pending  int     // pending slots held
+	backlog  int     // backlog slots held
+	bytes    int     // of the bodies holding backlog slots
+	full     bool    // dispatch waits for a pending slot (space)
+	workers  int     // started so far; they run until the dispatcher closes
+	asleep   int     // workers waiting on idle
+	woken    int     // of them, signalled and not yet running
+	starting int     // workers started and not yet running
 	closed   bool
 }
 
 // lane is the deliveries of one key waiting behind the one that runs (or
-// waits in the queue).
-type lane struct{ queue []waiting }
+// waits in the queue): queue[head:].
+type lane struct {
+	queue []waiting
+	head  int
+}
+
+// pop takes the lane's first delivery. Once it is empty, the lane's queue
+// starts again at the front of its array, so that a lane whose deliveries
+// come and go as fast as they arrive keeps appending into one array.
+func (l *lane) pop() waiting {
+	w := l.queue[l.head]
+	l.queue[l.head] = waiting{}
+	l.head++
+	if l.head == len(l.queue) {
+		l.queue, l.head = l.queue[:0], 0
+	}
+	return w
+}
+
+// push adds w at the end of the lane. A lane that never empties moves
+// its deliveries to the front of its array when the array is full and at
+// least half of it is already taken, so it grows with what it holds, not
+// with all that went through it.
+func (l *lane) push(w waiting) {
+	if len(l.queue) == cap(l.queue) && l.head >= len(l.queue)/2 && l.head > 0 {
+		n := copy(l.queue, l.queue[l.head:])
+		clear(l.queue[n:])
+		l.queue, l.head = l.queue[:n], 0
+	}
+	l.queue = append(l.queue, w)
+}
+
+// Spare lanes: up to maxSpareLanes emptied lanes are kept for the keys
+// that come next, each with a queue array of up to maxSpareLaneCap.
+const (
+	maxSpareLanes   = 256
+	maxSpareLaneCap = 64
+)
 
 // waiting is a delivery in a lane, and whether it holds a backlog slot
 // (and counts its body in the backlog's bytes) rather than a pending one.
@@ -137,10 +174,10 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 				d.bytes += len(del.Body)
 				d.pending-- // no one to wake: dispatch is the only one waiting for it
 			}
-			l.queue = append(l.queue, w)
+			l.push(w)
 			return true
 		}
-		d.lanes[key] = &lane{}
+		d.lanes[key] = d.newLaneLocked()
 	}
 	d.queue.push(del)
 	// A worker for it: an idle one woken, or a new one while the pool may
@@ -174,11 +211,11 @@ func (d *dispatcher) close() {
 		unstarted = append(unstarted, d.queue.pop())
 	}
 	for _, l := range d.lanes {
-		for _, w := range l.queue {
+		for _, w := range l.queue[l.head:] {
 			unstarted = append(unstarted, w.del)
 		}
 		clear(l.queue)
-		l.queue = l.queue[:0]
+		l.queue, l.head = l.queue[:0], 0
 	}
 	d.idle.Broadcast()
 	d.mu.Unlock()
@@ -226,10 +263,8 @@ func (d *dispatcher) worker(slot *workerSlot) {
 func (d *dispatcher) nextLocked(key string) *driver.Delivery {
 	if key != "" {
 		l := d.lanes[key]
-		if len(l.queue) > 0 {
-			w := l.queue[0]
-			l.queue[0] = waiting{}
-			l.queue = l.queue[1:]
+		if l.head < len(l.queue) {
+			w := l.pop()
 			if w.backlog {
 				d.backlog--
 				d.bytes -= len(w.del.Body)
@@ -243,9 +278,24 @@ func (d *dispatcher) nextLocked(key string) *driver.Delivery {
 			return nil
 		}
 		delete(d.lanes, key)
+		if len(d.spare) < maxSpareLanes && cap(l.queue) <= maxSpareLaneCap {
+			d.spare = append(d.spare, l)
+		}
 	}
 	d.freeLocked()
 	return nil
+}
+
+// newLaneLocked returns an empty lane, a spare one if there is one. d.mu
+// must be held.
+func (d *dispatcher) newLaneLocked() *lane {
+	if n := len(d.spare); n > 0 {
+		l := d.spare[n-1]
+		d.spare[n-1] = nil
+		d.spare = d.spare[:n-1]
+		return l
+	}
+	return &lane{}
 }
 
 // key is the lane del joins: its ordering key, or none when the pool has
