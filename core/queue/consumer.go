@@ -162,7 +162,8 @@ func WithUnknownURN(s UnknownURN) ConsumerOption { return func(c *Consumer) { c.
 // handled one at a time, in order. The pool starts a worker only when
 // every one it has is busy, and wakes an idle one only for a delivery no
 // other is about to take, so a concurrency above what the load needs
-// costs little.
+// costs little. With one handler every delivery runs in the order it was
+// received.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n > 0 {
@@ -203,7 +204,8 @@ const DefaultBacklogBytes = 64 << 20
 // with no backlog. So a stuck key holds at most about n bytes of messages
 // besides the pending ones, however large they are: a thousand backlog
 // slots of 1 MiB messages would otherwise hold a gigabyte. 0 turns the
-// backlog off; a negative n is ignored.
+// backlog off; a negative n is ignored. A consumer with one handler, which
+// runs every delivery in receive order, keeps no backlog.
 func WithBacklogBytes(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n >= 0 {
