@@ -606,7 +606,8 @@ func warmUp(b *testing.B, server string, run func()) {
 	run()
 }
 
-// metrics averages named metrics over a benchmark's iterations.
+// metrics collects the values of named metrics over a row's passes; report
+// gives the median of each.
 type metrics struct {
 	vals map[string][]float64
 }
