@@ -88,7 +88,7 @@ bench: $(BENCHSTAT)
 	@rm -f bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./core/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Project|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./kafka/... | tee -a bench.txt
-	$(GO) test -run '^$$' -bench 'Produce|Consume' -benchmem -count 3 -benchtime $(BENCH_E2E) ./kafka/... | tee -a bench.txt
+	$(GO) test -run '^$$' -bench 'Produce|Consume|Latency' -benchmem -count 3 -benchtime $(BENCH_E2E) ./kafka/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Attributes|Reconcile' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./sqs/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Publish|Consume' -benchmem -count 3 -benchtime $(BENCH_SQS_E2E) ./sqs/... | tee -a bench.txt
 	$(GO) test -run '^$$' -bench 'Project' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./pulsar/... | tee -a bench.txt

@@ -3,8 +3,11 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,4 +249,176 @@ func BenchmarkSettleParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLatency is the time from before a synchronous Send to the
+// handler, for this project's consumer (one handler) and for a raw
+// franz-go poll loop in the same process, taking turns message by
+// message: each iteration sends one message to each of two topics, a
+// millisecond apart, the first of them alternating, with the same Sender,
+// so both consumers meet the same producer, cluster and machine. It
+// reports each one's p50 and p99 and the raw loop's p50 over this
+// project's (p50-ratio, below 1 when the raw loop is quicker).
+func BenchmarkLatency(b *testing.B) {
+	snd := newTestSender(b)
+	topics := [2]string{newTopics(b, 8), newTopics(b, 8)}
+	var lat [2]latencies
+	seen := func(i int) func(string) { return func(sent string) { lat[i].seen(sent) } }
+	stopBQ := consumeLatency(b, snd, topics[0], seen(0))
+	defer stopBQ()
+	stopRaw := consumeRawLatency(b, topics[1], seen(1))
+	defer stopRaw()
+	send := func(topic string, stamp bool) {
+		m := drivertest.SizedMessage(b, testURN, topic, 300)
+		m.Headers = map[string]string{}
+		if stamp {
+			m.Headers[benchSentHeader] = strconv.FormatInt(time.Now().UnixNano(), 10)
+		}
+		if err := snd.Send(context.Background(), []*driver.Message{m}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Both have joined once a message sent now is handled; a second
+	// round, a second later, waits out a rebalance a real broker may run
+	// right after the first join.
+	for round := 1; round <= 2; round++ {
+		if round == 2 {
+			time.Sleep(time.Second)
+		}
+		for i, topic := range topics {
+			deadline := time.Now().Add(time.Minute)
+			for lat[i].unstamped.Load() < int64(round) {
+				if time.Now().After(deadline) {
+					b.Fatalf("consumer %d not ready after a minute", i)
+				}
+				send(topic, false)
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	turn := 0
+	for b.Loop() {
+		for j := range 2 {
+			<-tick.C
+			send(topics[(turn+j)%2], true)
+		}
+		turn++
+	}
+	b.StopTimer()
+	for i := range lat {
+		lat[i].wait(b, turn)
+	}
+	bq, raw := lat[0].percentiles(), lat[1].percentiles()
+	b.ReportMetric(bq[0], "p50-µs")
+	b.ReportMetric(bq[1], "p99-µs")
+	b.ReportMetric(raw[0], "raw-p50-µs")
+	b.ReportMetric(raw[1], "raw-p99-µs")
+	b.ReportMetric(raw[0]/bq[0], "p50-ratio")
+}
+
+// benchSentHeader carries the time a BenchmarkLatency message was sent.
+const benchSentHeader = "bench-sent"
+
+// latencies collects what one consumer's handler saw in BenchmarkLatency.
+type latencies struct {
+	unstamped atomic.Int64 // warm-up messages handled
+	mu        sync.Mutex
+	d         []time.Duration
+}
+
+func (l *latencies) seen(sent string) {
+	ns, err := strconv.ParseInt(sent, 10, 64)
+	if err != nil {
+		l.unstamped.Add(1)
+		return
+	}
+	d := time.Since(time.Unix(0, ns))
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) wait(b *testing.B, n int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.mu.Lock()
+		got := len(l.d)
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("handled %d of %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// percentiles returns the p50 and p99 in µs.
+func (l *latencies) percentiles() [2]float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.Sort(l.d)
+	at := func(p int) float64 { return float64(l.d[(len(l.d)-1)*p/100].Nanoseconds()) / 1e3 }
+	return [2]float64{at(50), at(99)}
+}
+
+// consumeLatency runs this project's consumer, one handler, on topic.
+func consumeLatency(b *testing.B, snd *Sender, topic string, seen func(string)) (stop func()) {
+	rcv := newTestReceiver(b, "g-"+topic, []string{topic})
+	c := queue.NewConsumer(rcv, snd, queue.WithLogger(slog.New(slog.DiscardHandler)))
+	c.Handle(testURN, func(_ context.Context, m *queue.Message) error {
+		seen(m.Headers[benchSentHeader])
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+		_ = rcv.Close(context.Background())
+	}
+}
+
+// consumeRawLatency runs a raw franz-go consumer group member on topic,
+// with the test Receiver's fetch and group timings: poll, read the header,
+// commit.
+func consumeRawLatency(b *testing.B, topic string, seen func(string)) (stop func()) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(250*time.Millisecond), kgo.SessionTimeout(6*time.Second),
+		kgo.HeartbeatInterval(500*time.Millisecond), kgo.RebalanceTimeout(20*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				sent := ""
+				for _, h := range r.Headers {
+					if h.Key == benchSentHeader {
+						sent = string(h.Value)
+					}
+				}
+				seen(sent)
+			})
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+				b.Error(err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		cl.Close()
+	}
 }
