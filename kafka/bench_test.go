@@ -368,17 +368,12 @@ func (l *latencies) percentiles() [2]float64 {
 // consumeLatency runs this project's consumer, one handler, on topic.
 func consumeLatency(b *testing.B, snd *Sender, topic string, seen func(string)) (stop func()) {
 	rcv := newTestReceiver(b, "g-"+topic, []string{topic})
-	c := queue.NewConsumer(rcv, snd, queue.WithLogger(slog.New(slog.DiscardHandler)))
-	c.Handle(testURN, func(_ context.Context, m *queue.Message) error {
+	stopC := drivertest.StartConsumer(b, rcv, snd, testURN, func(_ context.Context, m *queue.Message) error {
 		seen(m.Headers[benchSentHeader])
 		return nil
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	}, queue.WithLogger(slog.New(slog.DiscardHandler)))
 	return func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stopC(); err != nil {
 			b.Error(err)
 		}
 		_ = rcv.Close(context.Background())
