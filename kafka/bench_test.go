@@ -263,10 +263,9 @@ func BenchmarkLatency(b *testing.B) {
 	snd := newTestSender(b)
 	topics := [2]string{newTopics(b, 8), newTopics(b, 8)}
 	var lat [2]latencies
-	seen := func(i int) func(string) { return func(sent string) { lat[i].seen(sent) } }
-	stopBQ := consumeLatency(b, snd, topics[0], seen(0))
+	stopBQ := consumeLatency(b, snd, topics[0], lat[0].seen)
 	defer stopBQ()
-	stopRaw := consumeRawLatency(b, topics[1], seen(1))
+	stopRaw := consumeRawLatency(b, topics[1], lat[1].seen)
 	defer stopRaw()
 	send := func(topic string, stamp bool) {
 		m := drivertest.SizedMessage(b, testURN, topic, 300)
@@ -308,7 +307,8 @@ func BenchmarkLatency(b *testing.B) {
 	}
 	b.StopTimer()
 	for i := range lat {
-		lat[i].wait(b, turn)
+		drivertest.WaitUntil(b, time.Minute, fmt.Sprintf("consumer %d to handle %d messages", i, turn),
+			func() bool { return lat[i].handled() >= turn })
 	}
 	bq, raw := lat[0].percentiles(), lat[1].percentiles()
 	b.ReportMetric(bq[0], "p50-µs")
@@ -340,20 +340,11 @@ func (l *latencies) seen(sent string) {
 	l.mu.Unlock()
 }
 
-func (l *latencies) wait(b *testing.B, n int) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		l.mu.Lock()
-		got := len(l.d)
-		l.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("handled %d of %d", got, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+// handled is how many stamped messages the handler saw.
+func (l *latencies) handled() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
 }
 
 // percentiles returns the p50 and p99 in µs.
