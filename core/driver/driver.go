@@ -119,7 +119,10 @@ type Delivery struct {
 	Body []byte
 	// Queue is the logical queue or topic it was consumed from.
 	Queue string
-	// Headers are the native headers or properties as strings.
+	// Headers are the native headers or properties as strings. A driver
+	// may have them share the received message's memory rather than copy
+	// it (the Kafka driver's share its record's), under the same rule as
+	// Body: nothing modifies that memory once received.
 	Headers map[string]string
 	// Native is the broker's delivery count for attempts reconciliation.
 	Native core.NativeAttempts
