@@ -389,12 +389,7 @@ func consumeRawLatency(b *testing.B, topic string, seen func(string)) (stop func
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
 			fs.EachRecord(func(r *kgo.Record) {
-				sent := ""
-				for _, h := range r.Headers {
-					if h.Key == benchSentHeader {
-						sent = string(h.Value)
-					}
-				}
+				sent, _ := header(r, benchSentHeader)
 				seen(sent)
 			})
 			if err := cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {

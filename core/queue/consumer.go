@@ -164,8 +164,8 @@ func WithUnknownURN(s UnknownURN) ConsumerOption { return func(c *Consumer) { c.
 // other is about to take, so a concurrency above what the load needs
 // costs little: with handlers that do nothing at all, eight consumed a
 // keyed Kafka topic as fast as one on two CPUs (BENCHMARKS.md), and
-// handlers that wait on I/O run side by side. With
-// one handler every delivery runs in the order it was received.
+// handlers that wait on I/O run side by side. With one handler every
+// delivery runs in the order it was received.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) {
 		if n > 0 {
