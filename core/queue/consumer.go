@@ -163,8 +163,8 @@ func WithUnknownURN(s UnknownURN) ConsumerOption { return func(c *Consumer) { c.
 // every one it has is busy, and wakes an idle one only for a delivery no
 // other is about to take, so a concurrency above what the load needs
 // costs little: with handlers that do nothing at all, eight consumed a
-// keyed Kafka topic as fast as one on two CPUs (BENCHMARKS.md), and
-// handlers that wait on I/O run side by side. With one handler every
+// keyed Kafka topic about 5% slower than one on two CPUs (BENCHMARKS.md),
+// and handlers that wait on I/O run side by side. With one handler every
 // delivery runs in the order it was received.
 func WithConcurrency(n int) ConsumerOption {
 	return func(c *Consumer) {
