@@ -29,9 +29,10 @@ import (
 // holds the deliveries (and lane heads) no worker has taken yet; each holds
 // a pending slot, so queue never holds more than limit.
 //
-// One mutex guards all of it: handing a delivery over takes it once, and a
-// worker takes it once between two deliveries (to finish one and take the
-// next), where channels for the slots and the queue took four locks.
+// One mutex guards all of it: handing a batch over takes it once a chunk
+// of deliveries (dispatchChunk), and a worker takes it once between two
+// deliveries (to finish one and take the next), where channels for the
+// slots and the queue took four locks a delivery.
 // An idle worker is woken only for a queued delivery no other worker is
 // already on its way to take, and a worker is started only when none is
 // idle: handlers that keep up leave the rest of the pool asleep.
@@ -45,7 +46,7 @@ type dispatcher struct {
 	limit      int               // pending slots
 	maxBacklog int               // backlog slots; 0 when the receiver allows none
 	maxBytes   int               // of the bodies holding backlog slots
-	space      chan struct{}     // a pending slot came free while dispatch waited for one
+	space      chan struct{}     // a pending slot came free while dispatchAll waited for one
 	wg         sync.WaitGroup
 
 	mu       sync.Mutex
@@ -56,7 +57,7 @@ type dispatcher struct {
 	pending  int     // pending slots held
 	backlog  int     // backlog slots held
 	bytes    int     // of the bodies holding backlog slots
-	full     bool    // dispatch waits for a pending slot (space)
+	full     bool    // dispatchAll waits for a pending slot (space)
 	workers  int     // started so far; they run until the dispatcher closes
 	asleep   int     // workers waiting on idle
 	woken    int     // of them, signalled and not yet running
@@ -149,21 +150,46 @@ func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]H
 	return d
 }
 
-// dispatch hands del over; it blocks while too much is pending, and returns
-// false if ctx ended first (del is not taken).
-func (d *dispatcher) dispatch(del *driver.Delivery) bool {
+// dispatchChunk is how many deliveries dispatchAll hands over under one
+// hold of d.mu: enough to spare most of the lock's round trips between
+// the receive loop's CPU and the workers', few enough that a worker woken
+// for the first is not kept waiting for the lock long.
+const dispatchChunk = 32
+
+// dispatchAll hands the deliveries of ds over in order, a chunk at a time;
+// it blocks while too much is pending, and returns how many it handed over
+// before ctx ended (the rest are not taken).
+func (d *dispatcher) dispatchAll(ds []*driver.Delivery) int {
+	done := 0
 	d.mu.Lock()
-	for d.pending >= d.limit {
-		d.full = true
-		d.mu.Unlock()
-		select {
-		case <-d.space:
-		case <-d.ctx.Done():
-			return false
+	for done < len(ds) {
+		for d.pending >= d.limit {
+			d.full = true
+			d.mu.Unlock()
+			select {
+			case <-d.space:
+			case <-d.ctx.Done():
+				return done
+			}
+			d.mu.Lock()
 		}
-		d.mu.Lock()
+		for n := 0; n < dispatchChunk && done < len(ds) && d.pending < d.limit; n++ {
+			d.dispatchLocked(ds[done])
+			done++
+		}
+		if done < len(ds) {
+			// Let the workers at the lock between two chunks.
+			d.mu.Unlock()
+			d.mu.Lock()
+		}
 	}
-	defer d.mu.Unlock()
+	d.mu.Unlock()
+	return done
+}
+
+// dispatchLocked hands del over, which a pending slot has room for. d.mu
+// must be held.
+func (d *dispatcher) dispatchLocked(del *driver.Delivery) {
 	d.pending++
 	if key := d.key(del); key != "" {
 		if l, ok := d.lanes[key]; ok {
@@ -172,10 +198,10 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 				w.backlog = true
 				d.backlog++
 				d.bytes += len(del.Body)
-				d.pending-- // no one to wake: dispatch is the only one waiting for it
+				d.pending-- // no one to wake: dispatchAll is the only one waiting for it
 			}
 			l.push(w)
-			return true
+			return
 		}
 		d.lanes[key] = d.newLaneLocked()
 	}
@@ -194,7 +220,6 @@ func (d *dispatcher) dispatch(del *driver.Delivery) bool {
 		d.wg.Add(1)
 		go d.worker(slot)
 	}
-	return true
 }
 
 // close ends the pool once the receive loop has stopped. The deliveries no
@@ -307,7 +332,7 @@ func (d *dispatcher) key(del *driver.Delivery) string {
 	return del.OrderingKey
 }
 
-// freeLocked gives up a pending slot, and wakes dispatch if it waits for
+// freeLocked gives up a pending slot, and wakes dispatchAll if it waits for
 // one. d.mu must be held.
 func (d *dispatcher) freeLocked() {
 	d.pending--
@@ -381,11 +406,9 @@ func (c *Consumer) receiveLoop(ctx context.Context, d *dispatcher) error {
 			continue
 		}
 		pause = 50 * time.Millisecond
-		for i, del := range ds {
-			if !d.dispatch(del) {
-				c.releaseAll(ds[i:])
-				return nil
-			}
+		if n := d.dispatchAll(ds); n < len(ds) {
+			c.releaseAll(ds[n:])
+			return nil
 		}
 		// Let the worker just handed a delivery run here and now, on this
 		// thread, before the loop blocks in the next Receive: left

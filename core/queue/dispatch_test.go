@@ -147,8 +147,16 @@ func TestDispatchKeyedPool(t *testing.T) {
 // TestOneHandlerRunsInReceiveOrder: one handler runs keyed and unkeyed
 // deliveries, mixed, in exactly the order they were received, which keeps
 // every key's order; it does not send a key's next delivery behind the
-// deliveries received after it.
+// deliveries received after it. With batches of 100 the receive loop hands
+// each over in several chunks, and a slow start of the handler fills the
+// dispatcher, so that the loop waits for room in the middle of one.
 func TestOneHandlerRunsInReceiveOrder(t *testing.T) {
+	for _, batch := range []int{32, 100} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) { oneHandlerRunsInReceiveOrder(t, batch) })
+	}
+}
+
+func oneHandlerRunsInReceiveOrder(t *testing.T, batch int) {
 	const n = 300
 	d := &scriptDriver{}
 	for i := range n {
@@ -163,12 +171,15 @@ func TestOneHandlerRunsInReceiveOrder(t *testing.T) {
 	}
 	var order []int
 	var handled atomic.Int32
-	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(32),
+	c := queue.NewConsumer(d, d, queue.WithConcurrency(1), queue.WithBatchSize(batch),
 		queue.WithLogger(slog.New(slog.DiscardHandler)))
 	c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
 		var p struct{ Seq int }
 		if err := m.Envelope.DecodeData(&p); err != nil {
 			return err
+		}
+		if p.Seq < 10 {
+			time.Sleep(2 * time.Millisecond) // the receive loop gets ahead
 		}
 		order = append(order, p.Seq) // one handler: no two calls at once
 		handled.Add(1)
