@@ -193,6 +193,20 @@ type Capabilities struct {
 	// other means raises it: Kafka pauses a partition whose commit a
 	// stuck key holds back too far.
 	Backlog int
+	// Defer: the Receiver takes back a waiting delivery the consumer has
+	// no room for, so that stuck keys never stop the receive loop while
+	// a worker has nothing to run. When the backlog is full, deliveries
+	// waiting behind their key may hold all but Concurrency of the
+	// consumer's pending slots; past that, while a worker is idle and no
+	// room has come for a short wait (10ms), the consumer hands such a
+	// delivery back with Release and a short delay (100ms) (and, at once,
+	// every later delivery of that key it receives while the key's lane
+	// is still full). The Receiver must then deliver it, and every later
+	// delivery of its ordering key it has handed out, again in order once
+	// the delay has passed, superseding the deliveries handed out for
+	// them (Superseder), and count no delivery attempt for it. Only
+	// drivers that raise Backlog and implement Superseder may set it.
+	Defer bool
 }
 
 // Receiver receives and settles messages of one queue or subscription.

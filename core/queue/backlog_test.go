@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -255,5 +257,217 @@ func TestShutdownGivesBackBacklog(t *testing.T) {
 	}
 	if returned < 31 {
 		t.Errorf("%d given back, want at least the stuck key's running one and the 30 waiting in the backlog", returned)
+	}
+}
+
+// deferDriver takes deliveries back as Kafka's Receiver does
+// (driver.Capabilities.Defer, when defers is set): Release puts the
+// delivery, and every later delivery of its key handed out and not
+// settled, aside in order and supersedes the copies handed out; after the
+// delay they are handed out again, ahead of the rest, and until then no
+// later delivery of their key is.
+type deferDriver struct {
+	mu       sync.Mutex
+	defers   bool
+	backlog  int
+	items    []*deferItem // in receive order
+	next     int          // the first item never handed out
+	back     []*deferItem // taken back, in receive order
+	backAt   time.Time
+	released int
+}
+
+type deferItem struct {
+	i       int
+	key     string
+	body    []byte
+	current *driver.Delivery // the copy handed out last; nil before
+	back    bool
+	done    bool
+}
+
+func (d *deferDriver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Backlog: d.backlog, Defer: d.defers}
+}
+
+func (d *deferDriver) issue(it *deferItem) *driver.Delivery {
+	del := &driver.Delivery{Body: it.body, Queue: "orders", OrderingKey: it.key,
+		Native: core.NativeAttempts{Known: true}, Position: strconv.Itoa(it.i)}
+	it.current, it.back = del, false
+	return del
+}
+
+func (d *deferDriver) item(del *driver.Delivery) *deferItem {
+	i, _ := strconv.Atoi(del.Position)
+	return d.items[i]
+}
+
+func (d *deferDriver) Receive(ctx context.Context, max int) ([]*driver.Delivery, error) {
+	d.mu.Lock()
+	var out []*driver.Delivery
+	if !time.Now().Before(d.backAt) {
+		for len(d.back) > 0 && len(out) < max {
+			out = append(out, d.issue(d.back[0]))
+			d.back = d.back[1:]
+		}
+	}
+	for d.next < len(d.items) && len(out) < max {
+		it := d.items[d.next]
+		d.next++
+		if slices.ContainsFunc(d.back, func(b *deferItem) bool { return b.key == it.key }) {
+			it.back = true
+			d.back = append(d.back, it)
+			continue
+		}
+		out = append(out, d.issue(it))
+	}
+	d.mu.Unlock()
+	if len(out) == 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return out, nil
+}
+
+func (d *deferDriver) Superseded(del *driver.Delivery) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	it := d.item(del)
+	return it.current != del || it.back
+}
+
+func (d *deferDriver) Ack(_ context.Context, del *driver.Delivery) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if it := d.item(del); it.current == del {
+		it.done = true
+	}
+	return nil
+}
+
+func (d *deferDriver) Release(_ context.Context, del *driver.Delivery, delay time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.released++
+	it := d.item(del)
+	if it.current != del || it.back || it.done {
+		return nil
+	}
+	for _, x := range d.items[it.i:d.next] {
+		if x.key == it.key && x.current != nil && !x.back && !x.done {
+			x.back = true
+			d.back = append(d.back, x)
+		}
+	}
+	slices.SortFunc(d.back, func(a, b *deferItem) int { return a.i - b.i })
+	d.backAt = time.Now().Add(delay)
+	return nil
+}
+
+func (d *deferDriver) Send(context.Context, []*driver.Message) error { return nil }
+
+func (d *deferDriver) releases() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.released
+}
+
+// TestStuckKeyPastTheBacklogIsHandedBack: a stuck key's deliveries fill
+// the backlog and then the pending slots waiting deliveries may hold (all
+// but one per worker); a receiver that takes deliveries back
+// (driver.Capabilities.Defer) is handed the rest, so the other keys'
+// deliveries, received after them, all run while the key is stuck. Once
+// it is unstuck every delivery is handled exactly once, each key in
+// order. Without Defer the receive loop stops at the stuck key, as before.
+func TestStuckKeyPastTheBacklogIsHandedBack(t *testing.T) {
+	const stuckN, otherN, backlog, batch, concurrency = 300, 100, 20, 10, 4
+	for _, defers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("defer=%v", defers), func(t *testing.T) {
+			d := &deferDriver{defers: defers, backlog: backlog}
+			seq := map[string]int{}
+			for i := range stuckN + otherN {
+				key := "stuck"
+				if i >= stuckN {
+					key = fmt.Sprintf("k%d", i%5)
+				}
+				e, _ := core.New("urn:babel:orders:created", map[string]any{"key": key, "seq": seq[key]}, core.WithQueue("orders"))
+				seq[key]++
+				body, _ := e.Encode()
+				d.items = append(d.items, &deferItem{i: i, key: key, body: body})
+			}
+			unstick := make(chan struct{})
+			var (
+				mu       sync.Mutex
+				next     = map[string]int{}
+				handled  int
+				others   int
+				problems []string
+			)
+			c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(batch),
+				queue.WithLogger(slog.New(slog.DiscardHandler)))
+			c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
+				var p struct {
+					Key string
+					Seq int
+				}
+				if err := m.Envelope.DecodeData(&p); err != nil {
+					return err
+				}
+				if p.Key == "stuck" {
+					<-unstick
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if p.Seq != next[p.Key] {
+					problems = append(problems, fmt.Sprintf("key %s: seq %d, want %d", p.Key, p.Seq, next[p.Key]))
+				}
+				next[p.Key] = p.Seq + 1
+				handled++
+				if p.Key != "stuck" {
+					others++
+				}
+				return nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- c.Run(ctx) }()
+
+			othersNow := func() int { mu.Lock(); defer mu.Unlock(); return others }
+			for deadline := time.Now().Add(2 * time.Second); othersNow() < otherN && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			got := othersNow()
+			t.Logf("with the key stuck: %d of %d others handled, %d hand-backs", got, otherN, d.releases())
+			if defers && got != otherN {
+				t.Errorf("handled %d of the %d other deliveries while one key was stuck, want all", got, otherN)
+			}
+			if !defers && (got == otherN || d.releases() != 0) {
+				t.Errorf("without Defer: %d of %d others handled, %d hand-backs; want the receive loop stopped at the stuck key, nothing handed back",
+					got, otherN, d.releases())
+			}
+			close(unstick)
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				n := handled
+				mu.Unlock()
+				if n == stuckN+otherN {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("handled %d of %d once the key was unstuck", n, stuckN+otherN)
+				}
+			}
+			cancel()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+		})
 	}
 }

@@ -203,7 +203,9 @@ const DefaultBacklogBytes = 64 << 20
 // while the bodies of those already waiting there and its own come to at
 // most n bytes (default DefaultBacklogBytes); past that it counts against
 // the pending deliveries, which hold back the receive loop, as it would
-// with no backlog. So a stuck key holds at most about n bytes of messages
+// with no backlog (or, when the receiver takes deliveries back,
+// driver.Capabilities.Defer, it is handed back once those leave too
+// little room for the other keys). So a stuck key holds at most about n bytes of messages
 // besides the pending ones, however large they are: a thousand backlog
 // slots of 1 MiB messages would otherwise hold a gigabyte. 0 turns the
 // backlog off; a negative n is ignored. A consumer with one handler, which

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,7 +25,14 @@ import (
 // delivery waiting in a lane behind an earlier one of its key, a backlog
 // one while there is room (driver.Capabilities.Backlog deliveries, their
 // bodies at most WithBacklogBytes in all). So a slow or stuck key fills the
-// backlog, not the slots the other keys run on. When a lane's next delivery
+// backlog, not the slots the other keys run on. Past the backlog, waiting
+// deliveries hold at most maxWaiters pending slots: all of them, or, when
+// the receiver takes deliveries back (driver.Capabilities.Defer), all but
+// one per worker, so the workers always have room for other keys; a
+// waiting delivery with no room then is handed back (Release) once it has
+// waited deferWait with a worker idle; after it, so is every later
+// delivery of its key in the same batch, and of its lane any with no room
+// and a worker idle, without the wait. When a lane's next delivery
 // moves up, the one just finished passes its pending slot on to it. queue
 // holds the deliveries (and lane heads) no worker has taken yet; each holds
 // a pending slot, so queue never holds more than limit.
@@ -46,6 +54,8 @@ type dispatcher struct {
 	limit      int               // pending slots
 	maxBacklog int               // backlog slots; 0 when the receiver allows none
 	maxBytes   int               // of the bodies holding backlog slots
+	maxWaiters int               // pending slots that deliveries waiting in lanes may hold
+	defers     bool              // the receiver takes back deliveries there is no room for
 	space      chan struct{}     // a pending slot came free while dispatchAll waited for one
 	wg         sync.WaitGroup
 
@@ -57,6 +67,7 @@ type dispatcher struct {
 	pending  int     // pending slots held
 	backlog  int     // backlog slots held
 	bytes    int     // of the bodies holding backlog slots
+	waiters  int     // pending slots held by deliveries waiting in lanes
 	full     bool    // dispatchAll waits for a pending slot (space)
 	workers  int     // started so far; they run until the dispatcher closes
 	asleep   int     // workers waiting on idle
@@ -70,6 +81,9 @@ type dispatcher struct {
 type lane struct {
 	queue []waiting
 	head  int
+	// deferring: a delivery of the lane was handed back for want of room
+	// (Capabilities.Defer); the next with no room is handed back at once.
+	deferring bool
 }
 
 // pop takes the lane's first delivery. Once it is empty, the lane's queue
@@ -147,6 +161,12 @@ func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]H
 		d.maxBytes = c.backlogBytes
 	}
 	d.sup, _ = c.rcv.(driver.Superseder)
+	d.maxWaiters = limit
+	if c.caps.Defer && d.maxBacklog > 0 && d.sup != nil {
+		// The waiting deliveries leave the workers room to run others.
+		d.defers = true
+		d.maxWaiters = limit - d.size
+	}
 	return d
 }
 
@@ -157,52 +177,157 @@ func newDispatcher(c *Consumer, ctx, hctx context.Context, handlers map[string]H
 const dispatchChunk = 32
 
 // dispatchAll hands the deliveries of ds over in order, a chunk at a time;
-// it blocks while too much is pending, and returns how many it handed over
-// before ctx ended (the rest are not taken).
+// it blocks while there is no room, and returns how many it handed over
+// (or back, deferred) before ctx ended (the rest are not taken).
 func (d *dispatcher) dispatchAll(ds []*driver.Delivery) int {
-	done := 0
+	var (
+		done     int
+		chunk    int       // handed over under this hold of d.mu
+		deferred []string  // keys deferred in this batch: all that follow of them are too
+		waitFrom time.Time // when ds[done] began to wait with a worker idle
+		noDefer  bool      // ds[done] could not be deferred: it waits for room
+	)
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	for done < len(ds) {
-		for d.pending >= d.limit {
-			d.full = true
-			d.mu.Unlock()
-			select {
-			case <-d.space:
-			case <-d.ctx.Done():
-				return done
-			}
-			d.mu.Lock()
-		}
-		for n := 0; n < dispatchChunk && done < len(ds) && d.pending < d.limit; n++ {
-			d.dispatchLocked(ds[done])
-			done++
-		}
-		if done < len(ds) {
+		if chunk == dispatchChunk {
 			// Let the workers at the lock between two chunks.
 			d.mu.Unlock()
 			d.mu.Lock()
+			chunk = 0
 		}
+		del := ds[done]
+		p := d.placeLocked(del, deferred, noDefer)
+		switch {
+		case p == placed:
+			done++
+			chunk++
+			waitFrom, noDefer = time.Time{}, false
+			continue
+		case p == deferNow || p == deferLate && !waitFrom.IsZero() && time.Since(waitFrom) >= deferWait:
+			d.mu.Unlock()
+			ok := d.c.release(del, deferDelay, nil)
+			d.mu.Lock()
+			chunk = 0
+			if !ok {
+				noDefer = true // the receiver would not take it back: it waits for room
+				continue
+			}
+			key := d.key(del)
+			if !slices.Contains(deferred, key) {
+				deferred = append(deferred, key)
+			}
+			if l := d.lanes[key]; l != nil {
+				l.deferring = true
+			}
+			done++
+			waitFrom = time.Time{}
+			continue
+		case p == deferLate && waitFrom.IsZero():
+			waitFrom = time.Now()
+		case p == waitBusy:
+			waitFrom = time.Time{} // no worker idle: nothing to defer for yet
+		}
+		if !d.waitLocked(p, waitFrom) {
+			return done
+		}
+		chunk = 0
 	}
-	d.mu.Unlock()
 	return done
 }
 
-// dispatchLocked hands del over, which a pending slot has room for. d.mu
-// must be held.
-func (d *dispatcher) dispatchLocked(del *driver.Delivery) {
-	d.pending++
-	if key := d.key(del); key != "" {
+// waitLocked waits for room for a delivery placeLocked answered p for:
+// a slot freed, or, for one that may be deferred, a worker gone idle or
+// the wait over. It reports false if ctx ended first. d.mu must be held;
+// it is let go of while waiting.
+func (d *dispatcher) waitLocked(p placement, waitFrom time.Time) bool {
+	d.full = true
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	var timeout <-chan time.Time
+	switch {
+	case p == waitBusy:
+		// A worker that takes the last queued delivery does not say so:
+		// look again after a while.
+		t := time.NewTimer(deferWait)
+		defer t.Stop()
+		timeout = t.C
+	case p == deferLate:
+		t := time.NewTimer(deferWait - time.Since(waitFrom))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-d.space:
+	case <-timeout:
+	case <-d.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// Deferring a delivery waiting behind its key (driver.Capabilities.Defer):
+// the wait for room before it is handed back, and the delay it is handed
+// back with.
+const (
+	deferWait  = 10 * time.Millisecond
+	deferDelay = 100 * time.Millisecond
+)
+
+// placement is what placeLocked did with a delivery, or what its caller
+// must do.
+type placement int
+
+const (
+	placed    placement = iota // taken: queued, or waiting in its lane
+	wait                       // no room yet: wait for a slot
+	waitBusy                   // no room, no worker idle: wait for a slot, or until one may be idle
+	deferLate                  // no room, a worker idle: wait for a slot, at most deferWait, then defer
+	deferNow                   // hand it back at once (Release)
+)
+
+// placeLocked hands del over if there is room for it. A delivery that
+// would wait behind its key takes a backlog slot while there is one, else
+// a pending slot while the waiting ones hold fewer than maxWaiters. A
+// delivery of a key in deferred (handed back earlier in the batch) is
+// handed back too; so is one with no room behind a key whose lane has
+// handed deliveries back, and one that found no room for deferWait, when
+// the receiver takes deliveries back (Capabilities.Defer), a worker is
+// idle and noDefer is false. d.mu must be held.
+func (d *dispatcher) placeLocked(del *driver.Delivery, deferred []string, noDefer bool) placement {
+	key := d.key(del)
+	if key != "" {
+		if len(deferred) > 0 && !noDefer && slices.Contains(deferred, key) {
+			return deferNow
+		}
 		if l, ok := d.lanes[key]; ok {
 			w := waiting{del: del}
-			if d.backlog < d.maxBacklog && len(del.Body) <= d.maxBytes-d.bytes {
+			switch {
+			case d.backlog < d.maxBacklog && len(del.Body) <= d.maxBytes-d.bytes:
 				w.backlog = true
 				d.backlog++
 				d.bytes += len(del.Body)
-				d.pending-- // no one to wake: dispatchAll is the only one waiting for it
+			case d.pending < d.limit && d.waiters < d.maxWaiters:
+				d.pending++
+				d.waiters++
+			case !d.defers || noDefer:
+				return wait
+			case !d.idleLocked():
+				return waitBusy
+			case l.deferring:
+				return deferNow
+			default:
+				return deferLate
 			}
 			l.push(w)
-			return
+			return placed
 		}
+	}
+	if d.pending >= d.limit {
+		return wait
+	}
+	d.pending++
+	if key != "" {
 		d.lanes[key] = d.newLaneLocked()
 	}
 	d.queue.push(del)
@@ -220,6 +345,14 @@ func (d *dispatcher) dispatchLocked(del *driver.Delivery) {
 		d.wg.Add(1)
 		go d.worker(slot)
 	}
+	return placed
+}
+
+// idleLocked reports whether a worker has nothing to run: none is queued
+// for it, and one is asleep and not woken, or the pool may grow. d.mu must
+// be held.
+func (d *dispatcher) idleLocked() bool {
+	return d.queue.n == 0 && (d.asleep > d.woken || d.workers < d.size)
 }
 
 // close ends the pool once the receive loop has stopped. The deliveries no
@@ -257,6 +390,7 @@ func (d *dispatcher) worker(slot *workerSlot) {
 	d.starting--
 	for {
 		for d.queue.n == 0 && !d.closed {
+			d.roomLocked() // dispatchAll may hand back what waits for room
 			d.asleep++
 			d.idle.Wait()
 			d.asleep--
@@ -293,7 +427,9 @@ func (d *dispatcher) nextLocked(key string) *driver.Delivery {
 			if w.backlog {
 				d.backlog--
 				d.bytes -= len(w.del.Body)
+				d.roomLocked()
 			} else {
+				d.waiters--
 				d.freeLocked()
 			}
 			if d.queue.n == 0 {
@@ -304,6 +440,7 @@ func (d *dispatcher) nextLocked(key string) *driver.Delivery {
 		}
 		delete(d.lanes, key)
 		if len(d.spare) < maxSpareLanes && cap(l.queue) <= maxSpareLaneCap {
+			l.deferring = false
 			d.spare = append(d.spare, l)
 		}
 	}
@@ -336,6 +473,12 @@ func (d *dispatcher) key(del *driver.Delivery) string {
 // one. d.mu must be held.
 func (d *dispatcher) freeLocked() {
 	d.pending--
+	d.roomLocked()
+}
+
+// roomLocked wakes dispatchAll if it waits for room: a slot came free, or
+// a worker is going idle. d.mu must be held.
+func (d *dispatcher) roomLocked() {
 	if d.full {
 		d.full = false
 		select {

@@ -40,10 +40,12 @@ var ErrHandlerTimeout = errors.New("babelqueue: handler timed out")
 // on: Go cannot stop it.
 //
 // With key-ordered parallelism (Kafka's default) a handler stuck on a
-// dependency holds its key's later messages, and once they fill the
-// driver's backlog (driver.Capabilities.Backlog) and then what the consumer
-// holds received (twice its batch size), every other key waits too; with
-// Timeout, a stuck handler that honours its context fails instead.
+// dependency holds its key's later messages: they fill the driver's
+// backlog (driver.Capabilities.Backlog) and then what the consumer holds
+// received (twice its batch size), after which every other key waits too,
+// or, where the driver takes them back (driver.Capabilities.Defer, as
+// Kafka does), the stuck key's partition alone does. With Timeout, a stuck
+// handler that honours its context fails instead.
 func Timeout(d time.Duration) Middleware {
 	return func(next HandlerFunc) HandlerFunc {
 		return func(ctx context.Context, m *Message) error {
