@@ -509,3 +509,192 @@ func TestPartitionOrderHoldsWithManyHandlers(t *testing.T) {
 		})
 	}
 }
+
+// produceTo publishes n copies of one message to partition p of topic.
+func produceTo(t *testing.T, topic string, p int32, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	proj := NewSenderFromClient(cl)
+	msg := drivertest.EncodedMessage(t, testURN, topic, map[string]any{"i": 1})
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = proj.Record(msg)
+		recs[i].Partition = p
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPartitionStuckPastTheBacklogLeavesOthersRunning: the records of a
+// partition whose handler is stuck fill the consumer's backlog and then
+// the pending slots the waiting records may hold; the consumer hands the
+// rest back to the Receiver (driver.Capabilities.Defer) rather than stop
+// its receive loop, so the records of another partition, published only
+// after, still run. Once the partition is unstuck, every record is handled
+// exactly once, the stuck partition's in offset order, and everything
+// ends committed.
+func TestPartitionStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
+	const stuckN, otherN, backlog = 600, 50, 100 // stuckN > backlog + the pending slots (200)
+	topic := newTopics(t, 2)
+	group := "g-" + topic
+	produceTo(t, topic, 0, stuckN)
+
+	var (
+		mu      sync.Mutex
+		next    int64 // the stuck partition's next offset
+		handled = map[string]int{}
+		others  int
+		started = make(chan struct{})
+		unstick = make(chan struct{})
+		once    sync.Once
+	)
+	r := newTestReceiver(t, group, []string{topic}, WithMaxHeld(backlog))
+	stop := drivertest.StartConsumer(t, r, newTestSender(t), testURN, func(_ context.Context, m *queue.Message) error {
+		var rec *kgo.Record
+		if !m.Delivery.As(&rec) {
+			t.Error("no record")
+			return nil
+		}
+		if rec.Partition == 0 {
+			once.Do(func() { close(started) })
+			<-unstick
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		handled[fmt.Sprintf("%d@%d", rec.Partition, rec.Offset)]++
+		if rec.Partition == 0 {
+			if rec.Offset != next {
+				t.Errorf("partition 0: offset %d handled, want %d", rec.Offset, next)
+			}
+			next = rec.Offset + 1
+		} else {
+			others++
+		}
+		return nil
+	}, queue.WithConcurrency(4))
+	defer func() { _ = stop(); _ = r.Close(context.Background()) }()
+	unstuck := sync.OnceFunc(func() { close(unstick) })
+	defer unstuck()
+
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stuck partition's first record was not handled within 30s")
+	}
+	// Let the receive loop take every fetched record of the stuck
+	// partition: the backlog and the waiting records' pending slots fill.
+	time.Sleep(time.Second)
+	produceTo(t, topic, 1, otherN)
+	drivertest.WaitUntil(t, 30*time.Second, "the other partition handled while one is stuck", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return others == otherN
+	})
+	unstuck()
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == stuckN+otherN
+	})
+	mu.Lock()
+	for pos, k := range handled {
+		if k != 1 {
+			t.Errorf("record %s handled %d times", pos, k)
+		}
+	}
+	mu.Unlock()
+	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool {
+		offs := committed(t, group, topic)
+		return offs[0] == stuckN && offs[1] == otherN
+	})
+}
+
+// TestKeyStuckPastTheBacklogLeavesOthersRunning: on one partition, the records of a
+// stuck key fill the consumer's backlog and the pending slots waiting
+// records may hold; the consumer hands the rest of that key back
+// (driver.Capabilities.Defer), so the records of other keys fetched with
+// them, behind them in the partition, still run. Once the key is unstuck,
+// it runs in offset order, each record once, and everything is committed.
+func TestKeyStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
+	const stuckN, otherN, backlog = 600, 50, 100
+	topic := newTopics(t, 1)
+	group := "g-" + topic
+	snd := newTestSender(t)
+	batch := make([]queue.Outgoing, 0, stuckN+otherN)
+	for i := range stuckN + otherN {
+		env, err := core.New(testURN, map[string]any{"i": i}, core.WithQueue(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "stuck"
+		if i >= stuckN {
+			key = "k" + strconv.Itoa(i%5)
+		}
+		batch = append(batch, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(key)}})
+	}
+	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu      sync.Mutex
+		next    int64
+		handled = map[int64]int{}
+		others  int
+		unstick = make(chan struct{})
+	)
+	r := newTestReceiver(t, group, []string{topic}, WithMaxHeld(backlog))
+	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
+		var rec *kgo.Record
+		if !m.Delivery.As(&rec) {
+			t.Error("no record")
+			return nil
+		}
+		stuck := string(rec.Key) == "stuck"
+		if stuck {
+			<-unstick
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		handled[rec.Offset]++
+		if !stuck {
+			others++
+		} else {
+			if rec.Offset != next {
+				t.Errorf("key stuck: offset %d handled, want %d", rec.Offset, next)
+			}
+			next = rec.Offset + 1
+		}
+		return nil
+	}, queue.WithConcurrency(4))
+	defer func() { _ = stop(); _ = r.Close(context.Background()) }()
+	unstuck := sync.OnceFunc(func() { close(unstick) })
+	defer unstuck()
+
+	drivertest.WaitUntil(t, 30*time.Second, "the other keys handled while one is stuck", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return others == otherN
+	})
+	unstuck()
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == stuckN+otherN
+	})
+	mu.Lock()
+	for off, k := range handled {
+		if k != 1 {
+			t.Errorf("record %d handled %d times", off, k)
+		}
+	}
+	mu.Unlock()
+	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool {
+		return committed(t, group, topic)[0] == stuckN+otherN
+	})
+}

@@ -362,7 +362,8 @@ func WithOrdering(o Ordering) ReceiverOption { return func(c *receiverConfig) { 
 // records of all partitions waiting behind an earlier record of their key
 // (driver.Capabilities.Backlog, and at most queue.WithBacklogBytes of
 // their values), past which a waiting record counts against the
-// consumer's pending deliveries (queue.WithBatchSize), as any other.
+// consumer's pending deliveries (queue.WithBatchSize), as any other, and
+// then is handed back for a short while (driver.Capabilities.Defer).
 func WithMaxHeld(n int) ReceiverOption {
 	return func(c *receiverConfig) {
 		if n > 0 {
@@ -478,8 +479,12 @@ func (r *Receiver) As(target any) bool {
 // reason up to WithMaxHeld records may wait in the consumer behind an
 // earlier record of their key (driver.Capabilities.Backlog) while the other
 // keys go on; WithMaxUncommitted bounds how far a partition runs ahead.
+// Past that the consumer may hand a waiting record back
+// (driver.Capabilities.Defer): Release keeps it, and the later records of
+// its key, for a short delay, with its partition's fetching paused, so a
+// stuck key holds back its own partition, never the other partitions.
 func (r *Receiver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Delay: true, Batch: ReceiveBatch, Backlog: r.cfg.maxHeld}
+	return driver.Capabilities{Delay: true, Batch: ReceiveBatch, Backlog: r.cfg.maxHeld, Defer: true}
 }
 
 // ReceiveBatch is the batch size (driver.Capabilities.Batch) a Receiver
