@@ -217,8 +217,11 @@ func (d *dispatcher) dispatchAll(ds []*driver.Delivery) int {
 			if !slices.Contains(deferred, key) {
 				deferred = append(deferred, key)
 			}
-			if l := d.lanes[key]; l != nil {
+			if l := d.lanes[key]; l != nil && !l.deferring {
 				l.deferring = true
+				d.c.logger.Debug("babelqueue: handed a delivery back for want of room behind its key; it comes again",
+					slog.String("queue", del.Queue), slog.String("key", key), slog.String("position", del.Position),
+					slog.Int("backlog", d.backlog), slog.Int("waiting", d.waiters))
 			}
 			done++
 			waitFrom = time.Time{}
