@@ -511,6 +511,96 @@ func (s *suite) stuckKey(t *testing.T) {
 	checkOrder(t, order)
 }
 
+// stuckKeyPastTheBacklog, for a receiver that takes deliveries back
+// (driver.Capabilities.Defer): a stuck key's messages outnumber many
+// times what may wait behind it in the consumer (a backlog bounded to
+// about ten bodies with queue.WithBacklogBytes, and the pending slots),
+// so the consumer must hand the rest back; every message of the other
+// keys, published after them, is handled while it is stuck. Once it is
+// unstuck every message is handled exactly once, each key in order. A
+// receiver that does not declare Defer skips it.
+func (s *suite) stuckKeyPastTheBacklog(t *testing.T) {
+	const stuckN, keys, perKey, batch = 150, 5, 10, 5
+	q := s.h.NewQueue(t)
+	out := make([]queue.Outgoing, 0, stuckN+keys*perKey)
+	body := 0
+	for i := range stuckN + keys*perKey {
+		key := "stuck"
+		if i >= stuckN {
+			key = fmt.Sprintf("k%d", i%keys)
+		}
+		env, err := core.New(urnA, map[string]any{"i": i, "key": key}, core.WithQueue(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := env.Encode(); err == nil {
+			body = max(body, len(b))
+		}
+		out = append(out, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(key)}})
+	}
+	unstick := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(unstick) }) }
+	var mu sync.Mutex
+	order := map[string][]int{}
+	others, total := 0, 0
+	rcv, stop := s.consumerOn(t, q, func(c *queue.Consumer) {
+		c.Handle(urnA, func(ctx context.Context, m *queue.Message) error {
+			var d struct {
+				I   int    `json:"i"`
+				Key string `json:"key"`
+			}
+			if err := m.Envelope.DecodeData(&d); err != nil {
+				return queue.Permanent(err)
+			}
+			if d.Key == "stuck" {
+				select {
+				case <-unstick:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			order[d.Key] = append(order[d.Key], d.I)
+			total++
+			if d.Key != "stuck" {
+				others++
+			}
+			return nil
+		})
+	}, queue.WithConcurrency(4), queue.WithBatchSize(batch), queue.WithBacklogBytes(10*body))
+	defer func() { _ = stop() }()
+	defer release() // before stop, which waits for the handlers
+	if !rcv.Capabilities().Defer {
+		t.Skip("the receiver does not take deliveries back (driver.Capabilities.Defer)")
+	}
+	if err := s.publisher(t).PublishBatch(context.Background(), out); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "every message of the other keys handled while one key is stuck past the backlog", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return others == keys*perKey
+	})
+	release()
+	s.waitFor(t, "every message handled", func() bool { mu.Lock(); defer mu.Unlock(); return total >= stuckN+keys*perKey })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(order["stuck"]); n != stuckN {
+		t.Errorf("key stuck: handled %d times, want %d", n, stuckN)
+	}
+	for key, seq := range order {
+		if key != "stuck" && len(seq) != perKey {
+			t.Errorf("key %s: handled %d times, want %d", key, len(seq), perKey)
+		}
+	}
+	checkOrder(t, order)
+}
+
 // publishBatchReusesMemory publishes batches of different sizes, bodies,
 // keys and headers from several goroutines at once through one Publisher,
 // and checks that every message arrives exactly as its envelope encodes,

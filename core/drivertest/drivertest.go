@@ -42,7 +42,9 @@ type Harness struct {
 	// Ordered: deliveries published with the same key are handled in order.
 	// The suite then also checks that a stuck key leaves the other keys
 	// running: the receiver hands out a key's next message only once the
-	// earlier one is settled, or declares a backlog (driver.Capabilities).
+	// earlier one is settled, or declares a backlog (driver.Capabilities);
+	// and, for a receiver that takes deliveries back (Capabilities.Defer),
+	// that a key stuck past the backlog still leaves the others running.
 	Ordered bool
 	// CheckProjection, when set, checks the native side of a received
 	// delivery against the envelope that was published.
@@ -73,6 +75,7 @@ func Run(t *testing.T, h Harness) {
 	if h.Ordered {
 		t.Run("OrderingPerKey", s.orderingPerKey)
 		t.Run("StuckKeyLeavesOtherKeysRunning", s.stuckKey)
+		t.Run("StuckKeyPastTheBacklog", s.stuckKeyPastTheBacklog)
 	}
 }
 
