@@ -351,13 +351,13 @@ func (m *receiverModel) check() {
 			behind++
 		}
 		want := 0
-		if st.paused {
+		if st.paused || len(st.backlog) > 0 {
 			want = 1
 		}
 		if stalled[st] != want {
-			m.errorf("partition %d: paused %v, listed %d times to resume", st.tp.partition, st.paused, stalled[st])
+			m.errorf("partition %d: paused %v, %d handed back, listed %d times to resume", st.tp.partition, st.paused, len(st.backlog), stalled[st])
 		}
-		if len(st.backlog) > 0 && !st.paused {
+		if len(st.backlog) > 0 && !st.paused && m.r.cfg.ordering == OrderByPartition {
 			m.errorf("partition %d: %d records handed back, fetching not paused", st.tp.partition, len(st.backlog))
 		}
 		delete(stalled, st)

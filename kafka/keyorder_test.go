@@ -614,31 +614,47 @@ func TestPartitionStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
 	})
 }
 
-// TestKeyStuckPastTheBacklogLeavesOthersRunning: on one partition, the records of a
-// stuck key fill the consumer's backlog and the pending slots waiting
-// records may hold; the consumer hands the rest of that key back
-// (driver.Capabilities.Defer), so the records of other keys fetched with
-// them, behind them in the partition, still run. Once the key is unstuck,
+// TestKeyStuckPastTheBacklogLeavesOthersRunning: on one partition, the
+// records of a stuck key fill the consumer's backlog and the pending slots
+// waiting records may hold; the consumer hands the rest of that key back
+// (driver.Capabilities.Defer), and the Receiver keeps them while the
+// other keys' records go on: those fetched with the stuck key's, behind
+// them in the partition, and those published only once it is stuck, which
+// the partition's fetching must go on to bring. Once the key is unstuck,
 // it runs in offset order, each record once, and everything is committed.
 func TestKeyStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("others-published-later=%v", later), func(t *testing.T) { keyStuckPastTheBacklog(t, later) })
+	}
+}
+
+func keyStuckPastTheBacklog(t *testing.T, later bool) {
 	const stuckN, otherN, backlog = 600, 50, 100
 	topic := newTopics(t, 1)
 	group := "g-" + topic
 	snd := newTestSender(t)
-	batch := make([]queue.Outgoing, 0, stuckN+otherN)
-	for i := range stuckN + otherN {
-		env, err := core.New(testURN, map[string]any{"i": i}, core.WithQueue(topic))
-		if err != nil {
+	publish := func(from, to int) {
+		t.Helper()
+		batch := make([]queue.Outgoing, 0, to-from)
+		for i := from; i < to; i++ {
+			env, err := core.New(testURN, map[string]any{"i": i}, core.WithQueue(topic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "stuck"
+			if i >= stuckN {
+				key = "k" + strconv.Itoa(i%5)
+			}
+			batch = append(batch, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(key)}})
+		}
+		if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
 			t.Fatal(err)
 		}
-		key := "stuck"
-		if i >= stuckN {
-			key = "k" + strconv.Itoa(i%5)
-		}
-		batch = append(batch, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(key)}})
 	}
-	if err := queue.NewPublisher(snd).PublishBatch(context.Background(), batch); err != nil {
-		t.Fatal(err)
+	if later {
+		publish(0, stuckN)
+	} else {
+		publish(0, stuckN+otherN)
 	}
 
 	var (
@@ -646,6 +662,8 @@ func TestKeyStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
 		next    int64
 		handled = map[int64]int{}
 		others  int
+		started = make(chan struct{})
+		once    sync.Once
 		unstick = make(chan struct{})
 	)
 	r := newTestReceiver(t, group, []string{topic}, WithMaxHeld(backlog))
@@ -657,6 +675,7 @@ func TestKeyStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
 		}
 		stuck := string(rec.Key) == "stuck"
 		if stuck {
+			once.Do(func() { close(started) })
 			<-unstick
 		}
 		mu.Lock()
@@ -676,6 +695,17 @@ func TestKeyStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
 	unstuck := sync.OnceFunc(func() { close(unstick) })
 	defer unstuck()
 
+	if later {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the stuck key's first record was not handled within 30s")
+		}
+		// Let the receive loop take every fetched record of the stuck key
+		// and hand the ones past the backlog back.
+		time.Sleep(time.Second)
+		publish(stuckN, stuckN+otherN)
+	}
 	drivertest.WaitUntil(t, 30*time.Second, "the other keys handled while one is stuck", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -72,10 +72,10 @@ type Receiver struct {
 	// turns is the partitions with fetched records not yet taken
 	// (partState.fetched), in the order they take their next turn.
 	turns []*partState
-	// stalled is the partitions whose fetching is paused (partState.paused),
-	// which include every partition with a backlog: readyLocked visits
-	// them alone, in this order, so that a Receive costs the same however
-	// many partitions are assigned.
+	// stalled is the partitions whose fetching is paused (partState.paused)
+	// or that have a backlog (partState.listed): readyLocked visits them
+	// alone, in this order, so that a Receive costs the same however many
+	// partitions are assigned.
 	stalled []*partState
 	// behind counts the partitions not caught up (partState.behind), so
 	// that an Ack tells in constant time whether the receiver has caught
@@ -183,6 +183,7 @@ type partState struct {
 	backlogAt   time.Time      // not before
 	held        int            // slots waiting for their bq-delay
 	paused      bool
+	listed      bool  // in Receiver.stalled: paused, or with a backlog
 	hwm         int64 // high watermark as of the last fetch (-1: none yet)
 	behind      bool  // counted in Receiver.behind: not caughtUp
 	dropped     bool  // being revoked or lost: nothing more is handed out, and finish forgets it
@@ -481,8 +482,8 @@ func (r *Receiver) As(target any) bool {
 // keys go on; WithMaxUncommitted bounds how far a partition runs ahead.
 // Past that the consumer may hand a waiting record back
 // (driver.Capabilities.Defer): Release keeps it, and the later records of
-// its key, for a short delay, with its partition's fetching paused, so a
-// stuck key holds back its own partition, never the other partitions.
+// its key, for a short delay, while the other keys go on (see Release), so
+// a stuck key holds back only itself and its partition's commit.
 func (r *Receiver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Delay: true, Batch: ReceiveBatch, Backlog: r.cfg.maxHeld, Defer: true}
 }
@@ -676,7 +677,7 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 	}
 	r.readyHeld = r.readyHeld[n:]
 	var resume []topicPartition
-	// Only a paused partition can have a backlog or be resumable.
+	// Only a listed partition can have a backlog or be resumable.
 	for _, st := range r.stalled {
 		if st.dropped {
 			continue
@@ -719,7 +720,11 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 		first := r.stalled[0]
 		copy(r.stalled, r.stalled[1:])
 		r.stalled[n-1] = first
-		r.stalled = slices.DeleteFunc(r.stalled, func(st *partState) bool { return !st.paused || st.dropped })
+		r.stalled = slices.DeleteFunc(r.stalled, func(st *partState) bool {
+			gone := st.dropped || !st.paused && len(st.backlog) == 0
+			st.listed = !gone
+			return gone
+		})
 		if len(r.stalled) == 0 {
 			r.stalled = nil
 		}
@@ -732,7 +737,16 @@ func (r *Receiver) readyLocked(now time.Time, max int, out []*driver.Delivery) (
 // must be held.
 func (r *Receiver) stallLocked(st *partState) {
 	st.paused = true
-	r.stalled = append(r.stalled, st)
+	r.listLocked(st)
+}
+
+// listLocked has readyLocked visit st: it is paused, or has a backlog.
+// r.mu must be held.
+func (r *Receiver) listLocked(st *partState) {
+	if !st.listed {
+		st.listed = true
+		r.stalled = append(r.stalled, st)
+	}
 }
 
 // fetchedLocked adds records a poll brought of st, and the partition's
@@ -772,11 +786,15 @@ func (r *Receiver) trackLocked(st *partState) {
 	}
 }
 
-// resumable reports whether nothing keeps st's fetching paused: no record
-// handed back waits, fewer than maxHeld are held for a delay and fewer than
-// maxUncommitted are not yet committable.
+// resumable reports whether nothing keeps st's fetching paused: fewer
+// than maxHeld records are held for a delay, fewer than maxUncommitted are
+// not yet committable, and, under OrderByPartition, no record handed back
+// waits (every later record of the partition would only join it). Under
+// OrderByKey the other keys' records go on being fetched and handed out
+// while a key's records wait in the backlog.
 func (r *Receiver) resumable(st *partState) bool {
-	return len(st.backlog) == 0 && st.held < r.cfg.maxHeld && len(st.inflight) < r.cfg.maxUncommitted
+	return (len(st.backlog) == 0 || r.cfg.ordering == OrderByKey) &&
+		st.held < r.cfg.maxHeld && len(st.inflight) < r.cfg.maxUncommitted
 }
 
 // holdLocked keeps s until its delay has passed. r.mu must be held.
@@ -1157,8 +1175,11 @@ func (r *Receiver) caughtUpLocked() bool {
 // its lane (its key under OrderByKey, its partition under OrderByPartition)
 // that was received and is neither settled nor held for a delay, are
 // delivered again in order after delay; the deliveries already handed out
-// for them are superseded. Until then fetching of the partition is paused
-// and nothing from the record on is committed.
+// for them are superseded. Until then nothing from the record on is
+// committed, and the later records of its lane that are fetched wait
+// behind it. Under OrderByPartition fetching of the partition pauses until
+// then; under OrderByKey the other keys' records go on, up to
+// WithMaxUncommitted records of the partition not yet committable.
 func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Duration) error {
 	t, err := tokenOf(d)
 	if err != nil {
@@ -1185,7 +1206,8 @@ func (r *Receiver) Release(_ context.Context, d *driver.Delivery, delay time.Dur
 	if at := time.Now().Add(delay); at.After(st.backlogAt) {
 		st.backlogAt = at
 	}
-	pause := !st.paused
+	r.listLocked(st)
+	pause := !st.paused && !r.resumable(st)
 	if pause {
 		r.stallLocked(st)
 	}
