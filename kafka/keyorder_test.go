@@ -530,6 +530,93 @@ func produceTo(t *testing.T, topic string, p int32, n int) {
 	}
 }
 
+// stuckRun is a consumer whose handler blocks on the records of one lane
+// (a partition, or a key) until unstick, and counts what it handled: each
+// record by partition and offset, the stuck lane's in offset order, and
+// the others.
+type stuckRun struct {
+	mu      sync.Mutex
+	next    int64 // the stuck lane's next offset
+	handled map[string]int
+	others  int
+	started chan struct{} // closed when the stuck lane's first record runs
+	once    sync.Once
+	unstick func()
+	stuckCh chan struct{}
+}
+
+// startStuck starts a consumer with 4 handlers and a backlog of backlog
+// records on topic, whose records for which stuck reports true block.
+func startStuck(t *testing.T, group, topic string, backlog int, stuck func(*kgo.Record) bool) *stuckRun {
+	t.Helper()
+	s := &stuckRun{handled: map[string]int{}, started: make(chan struct{}), stuckCh: make(chan struct{})}
+	s.unstick = sync.OnceFunc(func() { close(s.stuckCh) })
+	r := newTestReceiver(t, group, []string{topic}, WithMaxHeld(backlog))
+	stop := drivertest.StartConsumer(t, r, newTestSender(t), testURN, func(_ context.Context, m *queue.Message) error {
+		var rec *kgo.Record
+		if !m.Delivery.As(&rec) {
+			t.Error("no record")
+			return nil
+		}
+		isStuck := stuck(rec)
+		if isStuck {
+			s.once.Do(func() { close(s.started) })
+			<-s.stuckCh
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.handled[fmt.Sprintf("%d@%d", rec.Partition, rec.Offset)]++
+		if !isStuck {
+			s.others++
+			return nil
+		}
+		if rec.Offset != s.next {
+			t.Errorf("the stuck lane: offset %d handled, want %d", rec.Offset, s.next)
+		}
+		s.next = rec.Offset + 1
+		return nil
+	}, queue.WithConcurrency(4))
+	// Cleanups run last in, first out: unstuck before the consumer stops.
+	t.Cleanup(func() { _ = stop(); _ = r.Close(context.Background()) })
+	t.Cleanup(s.unstick)
+	return s
+}
+
+// fill waits until the stuck lane's first record runs, then a second for
+// the receive loop to take every fetched record of the lane: the backlog
+// and the pending slots waiting records may hold fill, and the rest is
+// handed back.
+func (s *stuckRun) fill(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stuck lane's first record was not handled within 30s")
+	}
+	time.Sleep(time.Second)
+}
+
+// finish waits until the otherN records of other lanes are handled while
+// the lane is stuck, unsticks it, waits until all total are handled, each
+// once, and then until committed reports everything committed.
+func (s *stuckRun) finish(t *testing.T, otherN, total int, committed func() bool) {
+	t.Helper()
+	count := func(f func() bool) func() bool {
+		return func() bool { s.mu.Lock(); defer s.mu.Unlock(); return f() }
+	}
+	drivertest.WaitUntil(t, 30*time.Second, "the other lanes handled while one is stuck", count(func() bool { return s.others == otherN }))
+	s.unstick()
+	drivertest.WaitUntil(t, 60*time.Second, "every record handled", count(func() bool { return len(s.handled) == total }))
+	s.mu.Lock()
+	for pos, k := range s.handled {
+		if k != 1 {
+			t.Errorf("record %s handled %d times", pos, k)
+		}
+	}
+	s.mu.Unlock()
+	drivertest.WaitUntil(t, 10*time.Second, "all committed", committed)
+}
+
 // TestPartitionStuckPastTheBacklogLeavesOthersRunning: the records of a
 // partition whose handler is stuck fill the consumer's backlog and then
 // the pending slots the waiting records may hold; the consumer hands the
@@ -543,72 +630,10 @@ func TestPartitionStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
 	topic := newTopics(t, 2)
 	group := "g-" + topic
 	produceTo(t, topic, 0, stuckN)
-
-	var (
-		mu      sync.Mutex
-		next    int64 // the stuck partition's next offset
-		handled = map[string]int{}
-		others  int
-		started = make(chan struct{})
-		unstick = make(chan struct{})
-		once    sync.Once
-	)
-	r := newTestReceiver(t, group, []string{topic}, WithMaxHeld(backlog))
-	stop := drivertest.StartConsumer(t, r, newTestSender(t), testURN, func(_ context.Context, m *queue.Message) error {
-		var rec *kgo.Record
-		if !m.Delivery.As(&rec) {
-			t.Error("no record")
-			return nil
-		}
-		if rec.Partition == 0 {
-			once.Do(func() { close(started) })
-			<-unstick
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		handled[fmt.Sprintf("%d@%d", rec.Partition, rec.Offset)]++
-		if rec.Partition == 0 {
-			if rec.Offset != next {
-				t.Errorf("partition 0: offset %d handled, want %d", rec.Offset, next)
-			}
-			next = rec.Offset + 1
-		} else {
-			others++
-		}
-		return nil
-	}, queue.WithConcurrency(4))
-	defer func() { _ = stop(); _ = r.Close(context.Background()) }()
-	unstuck := sync.OnceFunc(func() { close(unstick) })
-	defer unstuck()
-
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stuck partition's first record was not handled within 30s")
-	}
-	// Let the receive loop take every fetched record of the stuck
-	// partition: the backlog and the waiting records' pending slots fill.
-	time.Sleep(time.Second)
+	s := startStuck(t, group, topic, backlog, func(rec *kgo.Record) bool { return rec.Partition == 0 })
+	s.fill(t)
 	produceTo(t, topic, 1, otherN)
-	drivertest.WaitUntil(t, 30*time.Second, "the other partition handled while one is stuck", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return others == otherN
-	})
-	unstuck()
-	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(handled) == stuckN+otherN
-	})
-	mu.Lock()
-	for pos, k := range handled {
-		if k != 1 {
-			t.Errorf("record %s handled %d times", pos, k)
-		}
-	}
-	mu.Unlock()
-	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool {
+	s.finish(t, otherN, stuckN+otherN, func() bool {
 		offs := committed(t, group, topic)
 		return offs[0] == stuckN && offs[1] == otherN
 	})
@@ -656,75 +681,10 @@ func keyStuckPastTheBacklog(t *testing.T, later bool) {
 	} else {
 		publish(0, stuckN+otherN)
 	}
-
-	var (
-		mu      sync.Mutex
-		next    int64
-		handled = map[int64]int{}
-		others  int
-		started = make(chan struct{})
-		once    sync.Once
-		unstick = make(chan struct{})
-	)
-	r := newTestReceiver(t, group, []string{topic}, WithMaxHeld(backlog))
-	stop := drivertest.StartConsumer(t, r, snd, testURN, func(_ context.Context, m *queue.Message) error {
-		var rec *kgo.Record
-		if !m.Delivery.As(&rec) {
-			t.Error("no record")
-			return nil
-		}
-		stuck := string(rec.Key) == "stuck"
-		if stuck {
-			once.Do(func() { close(started) })
-			<-unstick
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		handled[rec.Offset]++
-		if !stuck {
-			others++
-		} else {
-			if rec.Offset != next {
-				t.Errorf("key stuck: offset %d handled, want %d", rec.Offset, next)
-			}
-			next = rec.Offset + 1
-		}
-		return nil
-	}, queue.WithConcurrency(4))
-	defer func() { _ = stop(); _ = r.Close(context.Background()) }()
-	unstuck := sync.OnceFunc(func() { close(unstick) })
-	defer unstuck()
-
+	s := startStuck(t, group, topic, backlog, func(rec *kgo.Record) bool { return string(rec.Key) == "stuck" })
 	if later {
-		select {
-		case <-started:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the stuck key's first record was not handled within 30s")
-		}
-		// Let the receive loop take every fetched record of the stuck key
-		// and hand the ones past the backlog back.
-		time.Sleep(time.Second)
+		s.fill(t)
 		publish(stuckN, stuckN+otherN)
 	}
-	drivertest.WaitUntil(t, 30*time.Second, "the other keys handled while one is stuck", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return others == otherN
-	})
-	unstuck()
-	drivertest.WaitUntil(t, 60*time.Second, "every record handled", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(handled) == stuckN+otherN
-	})
-	mu.Lock()
-	for off, k := range handled {
-		if k != 1 {
-			t.Errorf("record %d handled %d times", off, k)
-		}
-	}
-	mu.Unlock()
-	drivertest.WaitUntil(t, 10*time.Second, "all committed", func() bool {
-		return committed(t, group, topic)[0] == stuckN+otherN
-	})
+	s.finish(t, otherN, stuckN+otherN, func() bool { return committed(t, group, topic)[0] == stuckN+otherN })
 }

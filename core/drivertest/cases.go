@@ -455,60 +455,87 @@ func (s *suite) stuckKey(t *testing.T) {
 	if err := s.publisher(t).PublishBatch(context.Background(), out); err != nil {
 		t.Fatal(err)
 	}
-	unstick := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(unstick) }) }
-	var mu sync.Mutex
-	order := map[string][]int{}
-	others, total := 0, 0
+	k := newKeyTally()
 	rcv, stop := s.consumerOn(t, q, func(c *queue.Consumer) {
-		c.Handle(urnA, func(ctx context.Context, m *queue.Message) error {
-			var d struct {
-				I   int    `json:"i"`
-				Key string `json:"key"`
-			}
-			if err := m.Envelope.DecodeData(&d); err != nil {
-				return queue.Permanent(err)
-			}
-			if d.I == 0 {
-				select {
-				case <-unstick:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			order[d.Key] = append(order[d.Key], d.I)
-			total++
-			if d.Key != "k0" {
-				others++
-			}
-			return nil
-		})
+		c.Handle(urnA, k.handler("k0", func(i int, _ string) bool { return i == 0 }))
 	}, queue.WithConcurrency(4), queue.WithBatchSize(batch))
 	defer func() { _ = stop() }()
-	defer release() // before stop, which waits for the handlers
+	defer k.release() // before stop, which waits for the handlers
 	s.waitFor(t, fmt.Sprintf("every message of the other keys handled while one key is stuck "+
 		"(a receiver that hands out a key's later messages before its earlier ones are settled must declare "+
-		"a backlog; this one declares %d)", rcv.Capabilities().Backlog), func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return others == (keys-1)*perKey
-	})
-	release()
-	s.waitFor(t, "every message handled", func() bool { mu.Lock(); defer mu.Unlock(); return total >= keys*perKey })
+		"a backlog; this one declares %d)", rcv.Capabilities().Backlog), k.locked(func() bool { return k.others == (keys-1)*perKey }))
+	k.release()
+	s.waitFor(t, "every message handled", k.locked(func() bool { return k.total >= keys*perKey }))
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for key, seq := range order {
-		if len(seq) != perKey {
-			t.Errorf("key %s: handled %d times, want %d", key, len(seq), perKey)
+	k.check(t, func(string) int { return perKey })
+}
+
+// keyTally is what the stuck-key cases' handler ran: each key's message
+// numbers in the order handled, the messages of the other keys than the
+// stuck one, and all of them.
+type keyTally struct {
+	mu      sync.Mutex
+	order   map[string][]int
+	others  int
+	total   int
+	unstick chan struct{}
+	release func() // unsticks the stuck messages; safe to call again
+}
+
+func newKeyTally() *keyTally {
+	k := &keyTally{order: map[string][]int{}, unstick: make(chan struct{})}
+	k.release = sync.OnceFunc(func() { close(k.unstick) })
+	return k
+}
+
+// handler handles messages whose data is {"i": …, "key": …}; the ones for
+// which blocks reports true wait for release (or their context). Those
+// of a key other than stuck count as others.
+func (k *keyTally) handler(stuck string, blocks func(i int, key string) bool) queue.HandlerFunc {
+	return func(ctx context.Context, m *queue.Message) error {
+		var d struct {
+			I   int    `json:"i"`
+			Key string `json:"key"`
+		}
+		if err := m.Envelope.DecodeData(&d); err != nil {
+			return queue.Permanent(err)
+		}
+		if blocks(d.I, d.Key) {
+			select {
+			case <-k.unstick:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.order[d.Key] = append(k.order[d.Key], d.I)
+		k.total++
+		if d.Key != stuck {
+			k.others++
+		}
+		return nil
+	}
+}
+
+// locked is f run under the tally's lock.
+func (k *keyTally) locked(f func() bool) func() bool {
+	return func() bool { k.mu.Lock(); defer k.mu.Unlock(); return f() }
+}
+
+// check reports a key handled other than want(key) times, or out of order.
+func (k *keyTally) check(t *testing.T, want func(key string) int) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key, seq := range k.order {
+		if n := want(key); len(seq) != n {
+			t.Errorf("key %s: handled %d times, want %d", key, len(seq), n)
 		}
 	}
-	checkOrder(t, order)
+	checkOrder(t, k.order)
 }
 
 // stuckKeyPastTheBacklog, for a receiver that takes deliveries back
@@ -538,67 +565,31 @@ func (s *suite) stuckKeyPastTheBacklog(t *testing.T) {
 		}
 		out = append(out, queue.Outgoing{Envelope: env, Options: []queue.PublishOption{queue.WithKey(key)}})
 	}
-	unstick := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(unstick) }) }
-	var mu sync.Mutex
-	order := map[string][]int{}
-	others, total := 0, 0
+	k := newKeyTally()
 	rcv, stop := s.consumerOn(t, q, func(c *queue.Consumer) {
-		c.Handle(urnA, func(ctx context.Context, m *queue.Message) error {
-			var d struct {
-				I   int    `json:"i"`
-				Key string `json:"key"`
-			}
-			if err := m.Envelope.DecodeData(&d); err != nil {
-				return queue.Permanent(err)
-			}
-			if d.Key == "stuck" {
-				select {
-				case <-unstick:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			order[d.Key] = append(order[d.Key], d.I)
-			total++
-			if d.Key != "stuck" {
-				others++
-			}
-			return nil
-		})
+		c.Handle(urnA, k.handler("stuck", func(_ int, key string) bool { return key == "stuck" }))
 	}, queue.WithConcurrency(4), queue.WithBatchSize(batch), queue.WithBacklogBytes(10*body))
 	defer func() { _ = stop() }()
-	defer release() // before stop, which waits for the handlers
+	defer k.release() // before stop, which waits for the handlers
 	if !rcv.Capabilities().Defer {
 		t.Skip("the receiver does not take deliveries back (driver.Capabilities.Defer)")
 	}
 	if err := s.publisher(t).PublishBatch(context.Background(), out); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor(t, "every message of the other keys handled while one key is stuck past the backlog", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return others == keys*perKey
-	})
-	release()
-	s.waitFor(t, "every message handled", func() bool { mu.Lock(); defer mu.Unlock(); return total >= stuckN+keys*perKey })
+	s.waitFor(t, "every message of the other keys handled while one key is stuck past the backlog",
+		k.locked(func() bool { return k.others == keys*perKey }))
+	k.release()
+	s.waitFor(t, "every message handled", k.locked(func() bool { return k.total >= stuckN+keys*perKey }))
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if n := len(order["stuck"]); n != stuckN {
-		t.Errorf("key stuck: handled %d times, want %d", n, stuckN)
-	}
-	for key, seq := range order {
-		if key != "stuck" && len(seq) != perKey {
-			t.Errorf("key %s: handled %d times, want %d", key, len(seq), perKey)
+	k.check(t, func(key string) int {
+		if key == "stuck" {
+			return stuckN
 		}
-	}
-	checkOrder(t, order)
+		return perKey
+	})
 }
 
 // publishBatchReusesMemory publishes batches of different sizes, bodies,

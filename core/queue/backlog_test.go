@@ -102,45 +102,8 @@ func TestStuckKeyLeavesOtherKeysRunning(t *testing.T) {
 				d.backlog = 500
 			}
 			d.queue = stuckScript(total)
-			unstick := make(chan struct{})
-			var (
-				mu       sync.Mutex
-				next     = map[string]int{}
-				handled  = map[string]int{}
-				others   int
-				problems []string
-			)
-			c := queue.NewConsumer(d, d, append([]queue.ConsumerOption{queue.WithConcurrency(concurrency), queue.WithBatchSize(batch),
-				queue.WithLogger(slog.New(slog.DiscardHandler))}, tc.opts...)...)
-			c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
-				var p struct {
-					Key string
-					Seq int
-				}
-				if err := m.Envelope.DecodeData(&p); err != nil {
-					return err
-				}
-				if p.Key == "stuck" {
-					<-unstick
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if p.Seq != next[p.Key] {
-					problems = append(problems, fmt.Sprintf("key %s: seq %d, want %d", p.Key, p.Seq, next[p.Key]))
-				}
-				next[p.Key] = p.Seq + 1
-				handled[p.Key]++
-				if p.Key != "stuck" {
-					others++
-				}
-				return nil
-			})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			errc := make(chan error, 1)
-			go func() { errc <- c.Run(ctx) }()
-
-			othersNow := func() int { mu.Lock(); defer mu.Unlock(); return others }
+			s := runSeqTally(t, d, append([]queue.ConsumerOption{queue.WithConcurrency(concurrency), queue.WithBatchSize(batch)}, tc.opts...)...)
+			othersNow := s.othersNow
 			// Wait until nothing moves for a while: the consumer has gone as
 			// far as it can with the key stuck.
 			for last, still := -1, 0; still < 10; time.Sleep(20 * time.Millisecond) {
@@ -167,26 +130,8 @@ func TestStuckKeyLeavesOtherKeysRunning(t *testing.T) {
 				t.Errorf("handled %d other deliveries while one key was stuck, want about %d or more", got, floor)
 			}
 
-			close(unstick)
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				mu.Lock()
-				n := others + handled["stuck"]
-				mu.Unlock()
-				if n == total {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("handled %d of %d once the key was unstuck", n, total)
-				}
-			}
-			cancel()
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range problems {
-				t.Error(p)
-			}
-			if h := handled["stuck"]; h != stuckN {
+			s.finish(t, total)
+			if h := s.handled["stuck"]; h != stuckN {
 				t.Errorf("handled the stuck key %d times, want %d", h, stuckN)
 			}
 		})
@@ -398,45 +343,8 @@ func TestStuckKeyPastTheBacklogIsHandedBack(t *testing.T) {
 				body, _ := e.Encode()
 				d.items = append(d.items, &deferItem{i: i, key: key, body: body})
 			}
-			unstick := make(chan struct{})
-			var (
-				mu       sync.Mutex
-				next     = map[string]int{}
-				handled  int
-				others   int
-				problems []string
-			)
-			c := queue.NewConsumer(d, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(batch),
-				queue.WithLogger(slog.New(slog.DiscardHandler)))
-			c.Handle("urn:babel:orders:created", func(_ context.Context, m *queue.Message) error {
-				var p struct {
-					Key string
-					Seq int
-				}
-				if err := m.Envelope.DecodeData(&p); err != nil {
-					return err
-				}
-				if p.Key == "stuck" {
-					<-unstick
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if p.Seq != next[p.Key] {
-					problems = append(problems, fmt.Sprintf("key %s: seq %d, want %d", p.Key, p.Seq, next[p.Key]))
-				}
-				next[p.Key] = p.Seq + 1
-				handled++
-				if p.Key != "stuck" {
-					others++
-				}
-				return nil
-			})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			errc := make(chan error, 1)
-			go func() { errc <- c.Run(ctx) }()
-
-			othersNow := func() int { mu.Lock(); defer mu.Unlock(); return others }
+			s := runSeqTally(t, d, queue.WithConcurrency(concurrency), queue.WithBatchSize(batch))
+			othersNow := s.othersNow
 			for deadline := time.Now().Add(2 * time.Second); othersNow() < otherN && time.Now().Before(deadline); {
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -449,25 +357,102 @@ func TestStuckKeyPastTheBacklogIsHandedBack(t *testing.T) {
 				t.Errorf("without Defer: %d of %d others handled, %d hand-backs; want the receive loop stopped at the stuck key, nothing handed back",
 					got, otherN, d.releases())
 			}
-			close(unstick)
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				mu.Lock()
-				n := handled
-				mu.Unlock()
-				if n == stuckN+otherN {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("handled %d of %d once the key was unstuck", n, stuckN+otherN)
-				}
-			}
-			cancel()
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range problems {
-				t.Error(p)
-			}
+			s.finish(t, stuckN+otherN)
 		})
+	}
+}
+
+// seqTally is what a handler ran of deliveries whose data is {"key": …,
+// "seq": …}: those of the key "stuck" wait until finish unsticks them. It
+// counts each key's deliveries, the other keys' and all, and notes any
+// delivery handled out of its key's order.
+type seqTally struct {
+	mu       sync.Mutex
+	next     map[string]int
+	handled  map[string]int
+	all      int
+	others   int
+	problems []string
+	unstick  chan struct{}
+	cancel   context.CancelFunc // stops the consumer
+	errc     chan error         // its Run's error
+}
+
+// seqDriver is a receiver that also sends.
+type seqDriver interface {
+	driver.Receiver
+	driver.Sender
+}
+
+// runSeqTally runs a consumer of d, with opts, whose handler is a new
+// seqTally's; the test's end stops it if finish did not.
+func runSeqTally(t *testing.T, d seqDriver, opts ...queue.ConsumerOption) *seqTally {
+	t.Helper()
+	s := &seqTally{next: map[string]int{}, handled: map[string]int{}, unstick: make(chan struct{}), errc: make(chan error, 1)}
+	c := queue.NewConsumer(d, d, append(opts, queue.WithLogger(slog.New(slog.DiscardHandler)))...)
+	c.Handle("urn:babel:orders:created", s.handle)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	t.Cleanup(cancel)
+	go func() { s.errc <- c.Run(ctx) }()
+	return s
+}
+
+func (s *seqTally) handle(_ context.Context, m *queue.Message) error {
+	var p struct {
+		Key string
+		Seq int
+	}
+	if err := m.Envelope.DecodeData(&p); err != nil {
+		return err
+	}
+	if p.Key == "stuck" {
+		<-s.unstick
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.Seq != s.next[p.Key] {
+		s.problems = append(s.problems, fmt.Sprintf("key %s: seq %d, want %d", p.Key, p.Seq, s.next[p.Key]))
+	}
+	s.next[p.Key] = p.Seq + 1
+	s.handled[p.Key]++
+	s.all++
+	if p.Key != "stuck" {
+		s.others++
+	}
+	return nil
+}
+
+func (s *seqTally) othersNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.others
+}
+
+// finish unsticks the key, waits (30s at most) until all total deliveries
+// are handled, stops the consumer and reports every delivery handled out
+// of order.
+func (s *seqTally) finish(t *testing.T, total int) {
+	t.Helper()
+	close(s.unstick)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		n := s.all
+		s.mu.Unlock()
+		if n == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d of %d once the key was unstuck", n, total)
+		}
+	}
+	s.cancel()
+	if err := <-s.errc; err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.problems {
+		t.Error(p)
 	}
 }
