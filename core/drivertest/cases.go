@@ -572,6 +572,8 @@ func (s *suite) stuckKeyPastTheBacklog(t *testing.T) {
 	defer func() { _ = stop() }()
 	defer k.release() // before stop, which waits for the handlers
 	if !rcv.Capabilities().Defer {
+		// Stopped first, so that its logs come before the reason.
+		_ = stop()
 		t.Skip("the receiver does not take deliveries back (driver.Capabilities.Defer)")
 	}
 	if err := s.publisher(t).PublishBatch(context.Background(), out); err != nil {
