@@ -385,25 +385,11 @@ func TestPartitionsWithBacklogRunConcurrently(t *testing.T) {
 	const parts, perPart, handlers = 8, 1500, 8
 	topic := newTopics(t, parts)
 	group := "g-" + topic
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
+	all := make([]int32, parts)
+	for p := range all {
+		all[p] = int32(p)
 	}
-	proj := NewSenderFromClient(cl)
-	msg := drivertest.EncodedMessage(t, testURN, topic, map[string]any{"i": 1})
-	recs := make([]*kgo.Record, 0, parts*perPart)
-	for p := range parts {
-		for range perPart {
-			rec := proj.Record(msg)
-			rec.Partition = int32(p)
-			recs = append(recs, rec)
-		}
-	}
-	err = cl.ProduceSync(context.Background(), recs...).FirstErr()
-	cl.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	produceTo(t, topic, perPart, all...)
 
 	// Each handler waits, for 10s at most, until all eight run at once;
 	// from then on (or once the wait has failed) none waits.
@@ -510,8 +496,9 @@ func TestPartitionOrderHoldsWithManyHandlers(t *testing.T) {
 	}
 }
 
-// produceTo publishes n copies of one message to partition p of topic.
-func produceTo(t *testing.T, topic string, p int32, n int) {
+// produceTo publishes n copies of one message to each of partitions of
+// topic, in one ProduceSync.
+func produceTo(t *testing.T, topic string, n int, partitions ...int32) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -520,10 +507,13 @@ func produceTo(t *testing.T, topic string, p int32, n int) {
 	defer cl.Close()
 	proj := NewSenderFromClient(cl)
 	msg := drivertest.EncodedMessage(t, testURN, topic, map[string]any{"i": 1})
-	recs := make([]*kgo.Record, n)
-	for i := range recs {
-		recs[i] = proj.Record(msg)
-		recs[i].Partition = p
+	recs := make([]*kgo.Record, 0, n*len(partitions))
+	for _, p := range partitions {
+		for range n {
+			rec := proj.Record(msg)
+			rec.Partition = p
+			recs = append(recs, rec)
+		}
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -629,10 +619,10 @@ func TestPartitionStuckPastTheBacklogLeavesOthersRunning(t *testing.T) {
 	const stuckN, otherN, backlog = 600, 50, 100 // stuckN > backlog + the pending slots (200)
 	topic := newTopics(t, 2)
 	group := "g-" + topic
-	produceTo(t, topic, 0, stuckN)
+	produceTo(t, topic, stuckN, 0)
 	s := startStuck(t, group, topic, backlog, func(rec *kgo.Record) bool { return rec.Partition == 0 })
 	s.fill(t)
-	produceTo(t, topic, 1, otherN)
+	produceTo(t, topic, otherN, 1)
 	s.finish(t, otherN, stuckN+otherN, func() bool {
 		offs := committed(t, group, topic)
 		return offs[0] == stuckN && offs[1] == otherN
