@@ -56,7 +56,7 @@ type dispatcher struct {
 	maxBytes   int               // of the bodies holding backlog slots
 	maxWaiters int               // pending slots that deliveries waiting in lanes may hold
 	defers     bool              // the receiver takes back deliveries there is no room for
-	space      chan struct{}     // a pending slot came free while dispatchAll waited for one
+	space      chan struct{}     // room came while dispatchAll waited for it (roomLocked)
 	wg         sync.WaitGroup
 
 	mu       sync.Mutex
@@ -68,7 +68,7 @@ type dispatcher struct {
 	backlog  int     // backlog slots held
 	bytes    int     // of the bodies holding backlog slots
 	waiters  int     // pending slots held by deliveries waiting in lanes
-	full     bool    // dispatchAll waits for a pending slot (space)
+	full     bool    // dispatchAll waits for room (space)
 	workers  int     // started so far; they run until the dispatcher closes
 	asleep   int     // workers waiting on idle
 	woken    int     // of them, signalled and not yet running
